@@ -1,0 +1,374 @@
+"""The Python API for writers and readers of one shared OUT."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Union
+
+from . import sidefiles
+from .errors import HeaderMismatch, InputError, RecordError
+from .locking import Locker
+from .records import DEFAULT_STAMP, Encoder, Record, decode_row, format_for, parse_stamp
+from .writer import Writer
+
+__all__ = ["Sink", "append_record", "append_records", "read_records", "snapshot"]
+
+Stamp = Union[str, Sequence[str], bool, None]
+
+
+def _stamp_fields(stamp: Stamp) -> tuple[str, ...]:
+    if stamp is True:
+        return DEFAULT_STAMP
+    if stamp is None or stamp is False:
+        return ()
+    return parse_stamp(stamp)
+
+
+def existing_header(path: str) -> bytes | None:
+    """OUT's first line when OUT exists and is not empty (read without a lock).
+
+    Safe without a lock: a header is only ever written into an empty file, so once OUT has a
+    first line it no longer changes.
+    """
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(1 << 20)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    return line if line.endswith(b"\n") else None
+
+
+def make_encoder(
+    path: str, fmt: str, columns: Sequence[str] | None, stamp: Sequence[str], *, adopt: bool
+) -> Encoder:
+    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used."""
+    enc = Encoder(fmt, columns, stamp)
+    if columns is None and adopt:
+        line = existing_header(path)
+        if line is not None:
+            names = decode_row(line.rstrip(b"\n").decode("utf-8", "surrogateescape"), fmt)
+            if tuple(names[: len(enc.stamp)]) == enc.stamp and len(names) > len(enc.stamp):
+                enc.set_columns(names[len(enc.stamp) :])
+    return enc
+
+
+class _Target:
+    """An encoder and a writer for one OUT, cached per process for ``append_record``."""
+
+    def __init__(
+        self,
+        path: str,
+        fmt: str | None,
+        columns: Sequence[str] | None,
+        stamp: Stamp,
+        lock: str,
+        sync: str,
+        timeout: float,
+    ) -> None:
+        f = format_for(path, fmt)
+        self.encoder = make_encoder(path, f, columns, _stamp_fields(stamp), adopt=True)
+        self.writer = Writer(
+            path, lock=lock, sync=sync, timeout=timeout, header=self.encoder.header_line()
+        )
+
+    def encode(self, records: Iterable[Record]) -> tuple[bytes, int]:
+        had_header = self.encoder.columns is not None
+        now = None
+        if self.encoder._time_at >= 0:
+            from .records import utc_now
+
+            now = utc_now()  # one time for all the records of one call: one lock hold
+        parts = [self.encoder.encode(r, now) for r in records]
+        if not had_header and self.encoder.columns is not None:
+            self.writer.header = self.encoder.header_line()  # the first mapping set it
+        return b"".join(parts), len(parts)
+
+
+_targets: dict[tuple[Any, ...], _Target] = {}
+
+
+def _forget_targets() -> None:
+    # A forked child shares the parent's open file descriptions, and a flock held through a
+    # shared description does not exclude the other process: the child opens its own.
+    _targets.clear()
+
+
+os.register_at_fork(after_in_child=_forget_targets)
+
+
+def _target(
+    path: str | os.PathLike[str],
+    format: str | None,
+    columns: Sequence[str] | None,
+    stamp: Stamp,
+    lock: str,
+    sync: str,
+    timeout: float,
+) -> _Target:
+    p = os.fspath(path)
+    key = (
+        p,
+        format,
+        tuple(columns) if columns is not None else None,
+        stamp if not isinstance(stamp, list) else tuple(stamp),
+        lock,
+        sync,
+        timeout,
+    )
+    t = _targets.get(key)
+    if t is None:
+        t = _targets[key] = _Target(p, format, columns, stamp, lock, sync, timeout)
+    return t
+
+
+def append_record(
+    path: str | os.PathLike[str],
+    record: Record,
+    *,
+    format: str | None = None,
+    columns: Sequence[str] | None = None,
+    stamp: Stamp = None,
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+) -> None:
+    """Append one record to ``path`` under an exclusive lock.
+
+    ``record``: a str or bytes line, a sequence of values, or a mapping by column name.
+    Raises :class:`RecordError` (nothing written) for a record zotsink refuses,
+    :class:`LockTimeout` or :class:`WriteError` when it could not be appended; the record
+    is then in the file named by the exception's ``spill_path``: do not append it again,
+    run ``zotsink recover`` later.
+    """
+    append_records(
+        path,
+        (record,),
+        format=format,
+        columns=columns,
+        stamp=stamp,
+        lock=lock,
+        sync=sync,
+        timeout=timeout,
+    )
+
+
+def append_records(
+    path: str | os.PathLike[str],
+    records: Iterable[Record],
+    *,
+    format: str | None = None,
+    columns: Sequence[str] | None = None,
+    stamp: Stamp = None,
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+) -> int:
+    """Append records in one lock hold, as one contiguous block; returns how many.
+
+    All records are encoded before anything is written: one bad record raises
+    :class:`RecordError` and nothing is written.
+    """
+    t = _target(path, format, columns, stamp, lock, sync, timeout)
+    data, n = t.encode(records)
+    t.writer.append(data)
+    return n
+
+
+class Sink:
+    """A buffered writer for many records: batches by size and age, one lock hold each.
+
+    ``write(record)`` buffers; a batch is appended when it reaches ``batch_bytes`` or its
+    oldest record is ``flush_interval`` seconds old (checked on each write), on ``flush()``,
+    on ``close()``, on leaving a ``with`` block, and at interpreter exit. On failure the
+    batch is in a spill file and the exception says where (see :func:`append_record`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        format: str | None = None,
+        columns: Sequence[str] | None = None,
+        stamp: Stamp = None,
+        lock: str = "auto",
+        sync: str = "auto",
+        timeout: float = 600.0,
+        batch_bytes: int = 65536,
+        flush_interval: float = 1.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._target = _Target(self.path, format, columns, stamp, lock, sync, timeout)
+        self.batch_bytes = batch_bytes
+        self.flush_interval = flush_interval
+        self._buf: list[bytes] = []
+        self._size = 0
+        self._oldest = 0.0
+        self.records_written = 0
+        self.closed = False
+        _live_sinks.add(self)
+
+    def write(self, record: Record) -> None:
+        """Buffer one record (encoded and checked now: a bad one raises RecordError)."""
+        if self.closed:
+            raise ValueError(f"write to a closed Sink for {self.path}")
+        data, _ = self._target.encode((record,))
+        if not self._buf:
+            self._oldest = time.monotonic()
+        self._buf.append(data)
+        self._size += len(data)
+        if self._size >= self.batch_bytes or (
+            time.monotonic() - self._oldest >= self.flush_interval
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Append the buffered records now."""
+        if not self._buf:
+            return
+        data, n = b"".join(self._buf), len(self._buf)
+        self._buf, self._size = [], 0
+        try:
+            self._target.writer.append(data)
+        except HeaderMismatch as e:
+            lines = data.splitlines()
+            path = sidefiles.reject(self.path, (("header mismatch", ln) for ln in lines))
+            e.spill_path = path
+            e.message += f"; the {n} records were saved to {path}"
+            raise
+        self.records_written += n
+
+    def close(self) -> None:
+        """Flush and release OUT."""
+        if self.closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self.closed = True
+            self._target.writer.close()
+            _live_sinks.discard(self)
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_live_sinks: weakref.WeakSet[Sink] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_sinks_at_exit() -> None:
+    for s in list(_live_sinks):
+        try:
+            s.close()
+        except Exception as e:  # at exit there is nobody left to raise to: say it
+            import sys
+
+            print(f"zotsink: {e}", file=sys.stderr)
+
+
+def snapshot(
+    path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+) -> tuple[int, int]:
+    """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd.
+
+    Writers only ever append whole batches under the exclusive lock (and ``verify
+    --repair`` replaces the inode instead of changing it), so the first ``size`` bytes are a
+    consistent copy that stays valid after the lock is released. Holding the lock only for
+    the fstat keeps a slow reader (``zotsink cat out | less``) from stalling every writer.
+    """
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(f"{p} does not exist", path=p) from None
+    except IsADirectoryError:
+        raise InputError(f"{p} is a directory, not a zotsink output", path=p) from None
+    try:
+        locker = Locker(lock, p)
+        locker.acquire(fd, timeout, shared=True)
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            locker.release()
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, size
+
+
+def iter_snapshot(fd: int, size: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``fd`` in chunks; closes ``fd`` at the end."""
+    try:
+        pos = 0
+        while pos < size:
+            data = os.pread(fd, min(chunk, size - pos), pos)
+            if not data:
+                break
+            pos += len(data)
+            yield data
+    finally:
+        os.close(fd)
+
+
+def read_records(
+    path: str | os.PathLike[str],
+    *,
+    header: bool = False,
+    format: str | None = None,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Iterator[list[str] | dict[str, str]]:
+    """The records of OUT as lists of values (dicts keyed by the first line with ``header``).
+
+    Taken from a consistent snapshot (see :func:`snapshot`). A final line without its
+    newline (a writer that died mid-write) is not a record and is left out.
+    """
+    p = os.fspath(path)
+    fmt = format_for(p, format)
+    fd, size = snapshot(p, lock=lock, timeout=timeout)
+    rows = _rows(iter_snapshot(fd, size), fmt)
+    if not header:
+        yield from rows
+        return
+    names = next(rows, None)
+    if names is None:
+        return
+    for row in rows:
+        if len(row) != len(names):
+            raise RecordError(
+                f"{p}: a row has {len(row)} fields where the header has "
+                f"{len(names)}: {row[:5]!r}; run `zotsink verify {p}`",
+                path=p,
+            )
+        yield dict(zip(names, row))
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    rest = b""
+    for chunk in chunks:
+        data = rest + chunk
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for ln in lines:
+            yield ln.decode("utf-8", "surrogateescape")
+    # ``rest`` is a torn final fragment: not a record
+
+
+def _rows(chunks: Iterator[bytes], fmt: str) -> Iterator[list[str]]:
+    if fmt == "csv":
+        import csv
+
+        yield from csv.reader(ln + "\n" for ln in _lines(chunks))
+    elif fmt == "tsv":
+        for ln in _lines(chunks):
+            yield decode_row(ln, "tsv")
+    else:
+        for ln in _lines(chunks):
+            yield [ln]

@@ -1,0 +1,109 @@
+"""The one exception tree of zotsink.
+
+Every error derives from :class:`ZotsinkError` and from the closest built-in exception, so
+callers can catch either way::
+
+    ZotsinkError(Exception)
+    ├── UsageError(ValueError)          a bad option value or argument             exit 2
+    ├── RecordError(ValueError)         a record zotsink refuses                   exit 1
+    │   └── HeaderMismatch              OUT already has a different header         exit 1
+    ├── InputError(ValueError)          a source file that cannot be parsed        exit 1
+    ├── LockError(OSError)              no lock kind works on this filesystem      exit 74
+    │   └── LockTimeout(TimeoutError)   the lock was not had within the timeout    exit 75
+    └── WriteError(OSError)             OUT could not be written                   exit 74
+
+Each carries ``path`` (the file concerned) and, where records were saved to a side file
+instead of OUT, ``spill_path``. All of them pickle, so they cross ``multiprocessing``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "HeaderMismatch",
+    "InputError",
+    "LockError",
+    "LockTimeout",
+    "RecordError",
+    "UsageError",
+    "WriteError",
+    "ZotsinkError",
+]
+
+
+def _rebuild(cls: type[ZotsinkError], message: str, kwargs: dict[str, Any]) -> ZotsinkError:
+    return cls(message, **kwargs)
+
+
+class ZotsinkError(Exception):
+    """Base of every zotsink error."""
+
+    #: Process exit code the command line uses for this error.
+    exit_code: int = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        spill_path: str | None = None,
+        errno: int | None = None,
+    ) -> None:
+        # OSError's own __init__ would reinterpret a single argument; pass the message only.
+        Exception.__init__(self, message)
+        self.message = message
+        self.path = path
+        self.spill_path = spill_path
+        if errno is not None:
+            self.errno = errno  # attribute of the OSError branch of the tree
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs: dict[str, Any] = {"path": self.path, "spill_path": self.spill_path}
+        err = getattr(self, "errno", None)
+        if err is not None:
+            kwargs["errno"] = err
+        return (_rebuild, (type(self), self.message, kwargs))
+
+
+class UsageError(ZotsinkError, ValueError):
+    """An option value or argument that cannot work (for example an unknown format)."""
+
+    exit_code = 2
+
+
+class RecordError(ZotsinkError, ValueError):
+    """A record zotsink refuses: NUL byte, over-long line, wrong field count, unknown column."""
+
+    exit_code = 1
+
+
+class HeaderMismatch(RecordError):
+    """OUT already starts with a header that differs from the columns of the records."""
+
+
+class InputError(ZotsinkError, ValueError):
+    """A source file that cannot be parsed (``collect --strict``)."""
+
+    exit_code = 1
+
+
+class LockError(ZotsinkError, OSError):
+    """No lock kind works on OUT's filesystem, or the lock call failed unexpectedly."""
+
+    exit_code = 74
+
+
+class LockTimeout(LockError, TimeoutError):
+    """The lock was not had within the timeout; the records went to ``spill_path``."""
+
+    exit_code = 75
+
+
+class WriteError(ZotsinkError, OSError):
+    """OUT could not be written (ENOSPC, EDQUOT, EIO, ...); the records went to ``spill_path``."""
+
+    exit_code = 74

@@ -1,0 +1,329 @@
+"""Streaming records from a pipe into OUT: ``producer | zotsink out.tsv``.
+
+Lines are read in large chunks and appended in batches (``batch_bytes``, or when the oldest
+buffered line is ``flush_interval`` old, or at end of input). Refused lines go to
+``OUT.rejects``; a batch that cannot be appended goes to a spill file.
+
+Stopping on a signal never loses what was read: the handler only notes the signal and wakes
+the ``select`` through a wakeup pipe; the loop then writes (or spills) everything it holds.
+Nothing is raised from a signal handler, so no chunk can be dropped between a ``read`` and
+the line that keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from typing import Final, NamedTuple
+
+from . import sidefiles
+from .api import make_encoder
+from .errors import HeaderMismatch, LockTimeout, RecordError, UsageError, WriteError
+from .records import MAX_LINE, Encoder, format_for, parse_kv, utc_now
+from .writer import Writer
+
+__all__ = ["STOP_SIGNALS", "Stopper", "StreamReport", "append_stream"]
+
+#: Signals that stop reading: cancel, Ctrl-C, hang-up, and Slurm's warning signals.
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+#: Longest wait for the lock once a stop signal came: then the rest is spilled.
+STOP_LOCK_TIMEOUT: Final = 5.0
+_READ_SIZE: Final = 1 << 17
+
+
+class StreamReport(NamedTuple):
+    """What one stream did."""
+
+    records: int  # appended to OUT
+    rejected: int  # written to OUT.rejects
+    spilled: int  # saved to spill files instead of OUT
+    spill_paths: tuple[str, ...]
+    rejects_path: str | None
+    signal: int | None  # the stop signal, if one came
+    lock_wait: float  # seconds spent waiting for the lock
+    error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
+
+
+class Stopper:
+    """Catches the stop signals and wakes the reader; restores the old handlers after."""
+
+    def __init__(self, signals: Sequence[int] = STOP_SIGNALS) -> None:
+        self.signum: int | None = None
+        self._signals = signals
+        self._old: dict[int, object] = {}
+        self._rfd = self._wfd = -1
+        self._old_wakeup = -1
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __enter__(self) -> Stopper:
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._wfd, False)
+        for s in self._signals:
+            self._old[s] = signal.signal(s, self._handler)
+        self._old_wakeup = signal.set_wakeup_fd(self._wfd, warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.set_wakeup_fd(self._old_wakeup)
+        for s, h in self._old.items():
+            signal.signal(s, h)  # type: ignore[arg-type]
+        os.close(self._rfd)
+        os.close(self._wfd)
+
+    @property
+    def wakeup_fd(self) -> int:
+        return self._rfd
+
+
+class _Batcher:
+    """Turns chunks of input into encoded batches; refused lines are set aside."""
+
+    def __init__(self, encoder: Encoder, kv: str | None, stamp_time: bool) -> None:
+        self.enc = encoder
+        self.kv = kv
+        self.stamp_time = stamp_time
+        self.rejects: list[tuple[str, bytes]] = []
+        self.line_no = 0
+        # Plain pass-through needs no per-line work unless a NUL byte shows up.
+        self.plain = (
+            kv is None and not encoder.stamp and (encoder.columns is None or encoder.fmt == "lines")
+        )
+
+    def encode(self, block: bytes) -> tuple[bytes, int]:
+        """Encode a block of whole lines (ending in ``\\n``); returns bytes and record count."""
+        n = block.count(b"\n")
+        if self.plain and b"\0" not in block and len(block) <= MAX_LINE:
+            self.line_no += n
+            return block, n
+        now = utc_now() if self.stamp_time else None
+        prefix = self.enc.stamp_prefix(now) if self.enc.stamp and self.kv is None else b""
+        out: list[bytes] = []
+        good = 0
+        for line in block.split(b"\n")[:-1]:
+            self.line_no += 1
+            if self.kv is not None:
+                try:
+                    if b"\0" in line:
+                        raise RecordError("NUL byte")
+                    text = line.decode("utf-8", "surrogateescape").rstrip("\r")
+                    if not text.strip():
+                        continue  # a blank line is no record in key:value input
+                    out.append(self.enc.encode(parse_kv(text, self.kv), now))
+                    good += 1
+                except RecordError as e:
+                    self.rejects.append((f"line {self.line_no}: {e.message}", line))
+                continue
+            why = self.enc.check_raw(line)
+            if why:
+                self.rejects.append((f"line {self.line_no}: {why}", line))
+                continue
+            out.append(prefix + line + b"\n")
+            good += 1
+        return b"".join(out), good
+
+
+def append_stream(
+    path: str | os.PathLike[str],
+    infd: int | None,
+    *,
+    data: bytes | None = None,
+    format: str | None = None,
+    columns: Sequence[str] | None = None,
+    kv: str | None = None,
+    stamp: Sequence[str] = (),
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+    batch_bytes: int = 65536,
+    flush_interval: float = 1.0,
+    whole: bool = False,
+    stopper: Stopper | None = None,
+) -> StreamReport:
+    """Append the lines read from ``infd`` until end of input (or a stop signal).
+
+    With ``data`` (lines given at once, e.g. command-line arguments) ``infd`` is not read.
+    """
+    out = os.fspath(path)
+    fmt = format_for(out, format)
+    if kv is not None and kv not in (":", "="):
+        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
+    if batch_bytes <= 0 or flush_interval < 0:
+        raise UsageError("--batch-bytes must be positive and --flush-interval not negative")
+    enc = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
+    writer = Writer(out, lock=lock, sync=sync, timeout=timeout, header=enc.header_line())
+    batcher = _Batcher(enc, kv, "time" in enc.stamp)
+    st = _State()
+    try:
+        if data is not None:
+            if data and not data.endswith(b"\n"):
+                data += b"\n"
+            _take(batcher, st, data, writer)
+            _flush(writer, st, writer.timeout)
+            if batcher.rejects:
+                _write_rejects(out, batcher, st)
+        else:
+            assert infd is not None
+            _pump(infd, writer, batcher, st, batch_bytes, flush_interval, whole, stopper)
+    finally:
+        writer.close()
+    return StreamReport(
+        records=st.records,
+        rejected=st.rejected,
+        spilled=st.spilled,
+        spill_paths=tuple(st.spills),
+        rejects_path=sidefiles.rejects_path(out) if st.rejected else None,
+        signal=stopper.signum if stopper else None,
+        lock_wait=writer.lock_wait,
+        error=st.error,
+    )
+
+
+class _State:
+    def __init__(self) -> None:
+        self.buf: list[bytes] = []
+        self.size = 0
+        self.count = 0
+        self.oldest = 0.0
+        self.records = self.rejected = self.spilled = 0
+        self.spills: list[str] = []
+        self.error: Exception | None = None
+
+
+def _pump(
+    infd: int,
+    writer: Writer,
+    batcher: _Batcher,
+    st: _State,
+    batch_bytes: int,
+    interval: float,
+    whole: bool,
+    stopper: Stopper | None,
+) -> None:
+    out = writer.path
+    pending = b""
+    poller = select.poll()
+    poller.register(infd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    if stopper is not None:
+        poller.register(stopper.wakeup_fd, select.POLLIN)
+    eof = False
+    while not eof:
+        if stopper is not None and stopper.signum is not None:
+            break
+        wait_ms = None
+        if st.buf and not whole:
+            wait_ms = max(0, int((st.oldest + interval - time.monotonic()) * 1000) + 1)
+        events = dict(poller.poll(wait_ms))
+        if stopper is not None and (stopper.signum is not None or stopper.wakeup_fd in events):
+            break
+        if infd in events:
+            chunk = os.read(infd, _READ_SIZE)
+            if not chunk:
+                eof = True
+            else:
+                data = pending + chunk if pending else chunk
+                nl = data.rfind(b"\n")
+                if nl < 0:
+                    pending = data
+                else:
+                    pending = data[nl + 1 :]
+                    _take(batcher, st, data[: nl + 1], writer)
+                if len(pending) > MAX_LINE:
+                    pending = _reject_overlong(infd, out, batcher, st, pending)
+        if (
+            st.buf
+            and not whole
+            and (st.size >= batch_bytes or time.monotonic() - st.oldest >= interval)
+        ):
+            _flush(writer, st, writer.timeout)
+    if pending:
+        _take(batcher, st, pending + b"\n", writer)  # a missing final newline is added
+    stopping = stopper is not None and stopper.signum is not None
+    _flush(writer, st, min(writer.timeout, STOP_LOCK_TIMEOUT) if stopping else writer.timeout)
+    if batcher.rejects:
+        _write_rejects(out, batcher, st)
+
+
+def _take(batcher: _Batcher, st: _State, block: bytes, writer: Writer) -> None:
+    data, n = batcher.encode(block)
+    if writer.header is None and batcher.enc.columns is not None:
+        writer.header = batcher.enc.header_line()  # the first key:value line named them
+    if n:
+        if not st.buf:
+            st.oldest = time.monotonic()
+        st.buf.append(data)
+        st.size += len(data)
+        st.count += n
+
+
+def _flush(writer: Writer, st: _State, timeout: float) -> None:
+    if not st.buf:
+        return
+    data, n = b"".join(st.buf), st.count
+    st.buf, st.size, st.count = [], 0, 0
+    saved = writer.timeout
+    writer.timeout = timeout
+    try:
+        writer.append(data)
+        st.records += n
+    except (LockTimeout, WriteError) as e:
+        st.spilled += n
+        if e.spill_path and e.spill_path not in st.spills:
+            st.spills.append(e.spill_path)
+        st.error = st.error or e
+        if e.spill_path is None:
+            raise  # saved nowhere: the caller must say so loudly
+    except HeaderMismatch as e:
+        # Nothing was written to OUT; keep the records where the user will look.
+        lines = data.splitlines()
+        sidefiles.reject(writer.path, (("header mismatch", ln) for ln in lines))
+        st.rejected += n
+        st.error = st.error or e
+    finally:
+        writer.timeout = saved
+
+
+def _write_rejects(out: str, batcher: _Batcher, st: _State) -> None:
+    sidefiles.reject(out, batcher.rejects)
+    st.rejected += len(batcher.rejects)
+    batcher.rejects = []
+
+
+def _reject_overlong(infd: int, out: str, batcher: _Batcher, st: _State, head: bytes) -> bytes:
+    """Stream a line over MAX_LINE to OUT.rejects whole, holding only one chunk at a time.
+
+    Returns what followed the line's newline in the last chunk read.
+    """
+    batcher.line_no += 1
+    line_no = batcher.line_no
+    rest = b""
+    total = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal rest, total
+        yield f"line {line_no}: over the {MAX_LINE}-byte line limit\t".encode()
+        total += len(head)
+        yield head
+        while True:
+            chunk = os.read(infd, _READ_SIZE)
+            if not chunk:
+                break
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                total += nl
+                yield chunk[:nl]
+                rest = chunk[nl + 1 :]
+                break
+            total += len(chunk)
+            yield chunk
+        yield b"\n"
+
+    with Writer(sidefiles.rejects_path(out), side_file=True) as w:
+        w.append_chunks(chunks())
+    st.rejected += 1
+    return rest
