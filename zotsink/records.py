@@ -119,9 +119,11 @@ def _csv_line(texts: list[str]) -> str:
     if _csv_writer is None:
         import csv  # imported on first use: the CLI's start-up time matters
 
-        _csv_writer = csv.writer(_csv_sink, lineterminator="\n")
+        # The writer quotes only the characters of its line terminator: give it CRLF so
+        # that a bare CR or LF inside a value is quoted too, then end lines with LF.
+        _csv_writer = csv.writer(_csv_sink, lineterminator="\r\n")
     _csv_writer.writerow(texts)
-    return _csv_sink.line[:-1]
+    return _csv_sink.line[:-2]
 
 
 def decode_row(line: str, fmt: str) -> list[str]:
@@ -326,7 +328,12 @@ class Encoder:
     def encode(self, record: Record, now: str | None = None) -> bytes:
         """One record as a bytes line ending in a newline; RecordError when refused."""
         if isinstance(record, (str, bytes)):
-            raw = record.encode("utf-8", "surrogateescape") if isinstance(record, str) else record
+            try:
+                raw = (
+                    record.encode("utf-8", "surrogateescape") if isinstance(record, str) else record
+                )
+            except UnicodeEncodeError as e:
+                raise RecordError(f"the record is not valid Unicode text ({e.reason})") from None
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
             if b"\n" in raw:
@@ -351,7 +358,12 @@ class Encoder:
             )
         if self.stamp:
             values = self.stamp_row(now) + values
-        line = encode_row(values, self.fmt).encode("utf-8", "surrogateescape")
+        try:
+            line = encode_row(values, self.fmt).encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise RecordError(
+                f"a value is not valid Unicode text ({e.reason} at {e.object[e.start : e.end]!r})"
+            ) from None
         why = check_line(line)
         if why:
             raise RecordError(f"record refused ({why})")

@@ -134,7 +134,9 @@ def _normalize(argv: Sequence[str]) -> list[str]:
     """Give ``--kv`` and ``--stamp`` their optional values in ``--opt=VALUE`` form.
 
     Both take an optional value, which a plain parser would steal from the next word
-    (``zotsink --stamp out.tsv``): only a word that is a valid value is taken as one.
+    (``zotsink --stamp out.tsv``): only a word that looks like a value is taken as one
+    (``--kv``: ``:`` or ``=``; ``--stamp``: a field name or a comma list without ``/``
+    or ``.``). ``--kv=SEP`` and ``--stamp=FIELDS`` are always taken as written.
     """
     from ..records import STAMP_FIELDS
 
@@ -154,7 +156,9 @@ def _normalize(argv: Sequence[str]) -> list[str]:
                 continue
             out.append("--kv=:")
         elif a == "--stamp":
-            if nxt and all(f in STAMP_FIELDS for f in nxt.split(",")):
+            # a field list (checked later, so `job,node` is an error, not a file name) or
+            # one known field; anything else is OUT
+            if nxt and (nxt in STAMP_FIELDS or ("," in nxt and not set("/.") & set(nxt))):
                 out.append(f"--stamp={nxt}")
                 i += 2
                 continue

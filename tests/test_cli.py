@@ -1,0 +1,177 @@
+"""The command line: shorthand, options, exit codes and messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ZOTSINK = [sys.executable, "-m", "zotsink"]
+
+
+def run(*args: str, input: bytes = b"", env: dict[str, str] | None = None, cwd=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(
+        [*ZOTSINK, *args], input=input, capture_output=True, env=e, cwd=cwd, timeout=60
+    )
+
+
+def test_shorthand_and_literal_subcommand_names(tmp_path: Path) -> None:
+    r = run(str(tmp_path / "o.txt"), input=b"a\nb")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o.txt").read_bytes() == b"a\nb\n"  # the final newline is added
+    r = run("append", "collect", "rec", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "collect").read_bytes() == b"rec\n"
+    r = run("--timeout", "5", str(tmp_path / "o.txt"), "c")
+    assert r.returncode == 0 and (tmp_path / "o.txt").read_bytes() == b"a\nb\nc\n"
+
+
+def test_help_and_version() -> None:
+    r = run("--help")
+    assert r.returncode == 0 and b"append" in r.stdout and b"recover" in r.stdout
+    r = run("append", "-h")
+    assert r.returncode == 0 and b"--batch-bytes" in r.stdout
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith(b"zotsink, version ")
+
+
+def test_stamp_job_and_task_from_slurm(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    env = {"SLURM_ARRAY_JOB_ID": "777", "SLURM_ARRAY_TASK_ID": "5"}
+    r = run("--stamp", "job,task", "--columns", "x", str(out), input=b"r1\nr2\n", env=env)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "job\ttask\tx\n777\t5\tr1\n777\t5\tr2\n"
+
+
+def test_bare_stamp_does_not_swallow_out(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    r = run("--stamp", str(out), input=b"v\n", env={"SLURM_JOB_ID": "3"})
+    assert r.returncode == 0, r.stderr
+    time_, host, job, task, v = out.read_text().rstrip("\n").split("\t")
+    assert (host, job, task, v) == (os.uname().nodename, "3", "", "v")
+    assert time_.endswith("Z")
+
+
+def test_kv_lines_become_columns(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    r = run("--kv", str(out), input=b"filename:a b.jpg min:1 max:9\nfilename:c.jpg min:2 max:8\n")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "filename\tmin\tmax\na b.jpg\t1\t9\nc.jpg\t2\t8\n"
+    r = run("--kv", "=", str(tmp_path / "e.csv"), input=b"a=1 b=2\n")
+    assert (tmp_path / "e.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_kv_line_without_separator_is_rejected(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    r = run("--kv", str(out), input=b"a:1 b:2\nnosep c:3\na:4 b:5\n")
+    assert r.returncode == 1
+    assert out.read_text() == "a\tb\n1\t2\n4\t5\n"
+    assert (tmp_path / "o.tsv.rejects").read_text() == (
+        "line 2: the first token 'nosep' has no ':': expected key:value tokens\tnosep c:3\n"
+    )
+    assert b"1 records refused; they are in" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_columns_differ_from_existing_header(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n1\t2\n")
+    r = run("--columns", "a,c", str(out), input=b"3\t4\n")
+    assert r.returncode == 1
+    assert out.read_bytes() == b"a\tb\n1\t2\n"  # unchanged
+    msg = r.stderr.decode()
+    assert "starts with the header 'a\\tb', not 'a\\tc'; nothing was written" in msg
+    assert (tmp_path / "o.tsv.rejects").read_bytes() == b"header mismatch\t3\t4\n"
+
+
+def test_field_count_checked_against_columns(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    r = run("--columns", "a,b", str(out), input=b"1\t2\n3\n4\t5\t6\n")
+    assert r.returncode == 1
+    assert out.read_bytes() == b"a\tb\n1\t2\n"
+    assert (tmp_path / "o.tsv.rejects").read_text().splitlines() == [
+        "line 2: 1 fields where the header has 2\t3",
+        "line 3: 3 fields where the header has 2\t4\t5\t6",
+    ]
+
+
+def test_lines_pass_bytes_through_and_refuse_nul(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    data = b"caf\xe9 \xff\r\nok\nnul\0here\nlast"
+    r = run(str(out), input=data)
+    assert r.returncode == 1
+    assert out.read_bytes() == b"caf\xe9 \xff\r\nok\nlast\n"
+    assert (tmp_path / "o.txt.rejects").read_bytes() == b"line 3: NUL byte\tnul\0here\n"
+
+
+def test_empty_stdin_writes_nothing_and_succeeds(tmp_path: Path) -> None:
+    r = run(str(tmp_path / "o.txt"))
+    assert r.returncode == 0 and r.stderr == b""
+    assert (tmp_path / "o.txt").exists() is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lock", "posix", "o"], "Invalid value for '--lock'"),
+        (["--format", "json", "o"], "Invalid value for '-f' / '--format'"),
+        (["--stamp", "job,node", "o"], "unknown --stamp field"),
+        (["--columns", "a,a", "o.tsv"], "column 'a' is named twice"),
+        (["--kv=;", "o"], "--kv separator must be"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    r = run(*args, input=b"x\n", cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert message in r.stderr.decode()
+    assert b"Traceback" not in r.stderr
+
+
+def test_lock_timeout_spills_then_recover_moves_it_in(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"first\n")
+    holder = subprocess.Popen(
+        ["flock", str(out), "-c", "echo held; read x"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout.readline() == b"held\n"
+    t0 = time.monotonic()
+    r = run("--timeout", "0.5", str(out), input=b"rec\n")
+    elapsed = time.monotonic() - t0
+    holder.communicate(b"\n", timeout=10)
+    assert r.returncode == 75
+    assert elapsed < 5  # about a second: 0.5 s of waiting plus start-up
+    spills = list(tmp_path.glob("o.txt.spill.*"))
+    assert len(spills) == 1 and spills[0].read_bytes() == b"rec\n"
+    assert spills[0].name.startswith(f"o.txt.spill.{os.uname().nodename}.")
+    assert f"1 records are safe in {spills[0]}" in r.stderr.decode()
+    assert out.read_bytes() == b"first\n"
+    r = run("recover", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == b"first\nrec\n"
+    assert not list(tmp_path.glob("o.txt.spill.*"))
+    assert b"recovered 1 records from 1 spill files" in r.stderr
+
+
+def test_recover_skips_the_repeated_header(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    (tmp_path / "o.tsv.spill.h.1").write_bytes(b"a\tb\n1\t2\n")
+    r = run("recover", str(out))  # empty OUT: the spill's header becomes OUT's header
+    assert r.returncode == 0 and out.read_bytes() == b"a\tb\n1\t2\n"
+    (tmp_path / "o.tsv.spill.h.2").write_bytes(b"a\tb\n3\t4\n")
+    assert run("recover", str(out)).returncode == 0
+    assert out.read_bytes() == b"a\tb\n1\t2\n3\t4\n"
+
+
+def test_cat_prints_a_snapshot(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"x\ny\n")
+    r = run("cat", str(out))
+    assert (r.returncode, r.stdout) == (0, b"x\ny\n")
+    r = run("cat", str(tmp_path / "none"))
+    assert r.returncode == 1 and b"does not exist" in r.stderr
