@@ -112,7 +112,8 @@ def test_fsync_policy(tmp_path: Path, monkeypatch) -> None:
     assert len(calls) == 1
 
 
-def test_open_errors_say_what_to_do(tmp_path: Path) -> None:
+def test_open_errors_say_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ZOTSINK_SPILL_DIR", str(tmp_path))  # not /tmp: leave nothing behind
     with pytest.raises(WriteError, match="it is a directory; name a file inside it") as e:
         Writer(tmp_path).append(b"x\n")
     assert Path(e.value.spill_path).read_bytes() == b"x\n"  # still saved somewhere

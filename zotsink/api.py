@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import stat
 import time
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
@@ -12,7 +13,15 @@ from typing import Any, Union
 from . import sidefiles
 from .errors import HeaderMismatch, InputError, RecordError
 from .locking import Locker
-from .records import DEFAULT_STAMP, Encoder, Record, decode_row, format_for, parse_stamp
+from .records import (
+    DEFAULT_STAMP,
+    MAX_LINE,
+    Encoder,
+    Record,
+    decode_row,
+    format_for,
+    parse_stamp,
+)
 from .writer import Writer
 
 __all__ = ["Sink", "append_record", "append_records", "read_records", "snapshot"]
@@ -74,6 +83,21 @@ class _Target:
         self.writer = Writer(
             path, lock=lock, sync=sync, timeout=timeout, header=self.encoder.header_line()
         )
+
+    def encode_one(self, record: Record) -> bytes:
+        """One record as a bytes line: what ``encode((record,))`` returns, without the
+        generator, list and join (about 0.5 µs of a 10 µs ``append_record``)."""
+        enc = self.encoder
+        had_header = enc.columns is not None
+        if enc._time_at >= 0:
+            from .records import utc_now
+
+            line = enc.encode(record, utc_now())
+        else:
+            line = enc.encode(record)
+        if not had_header and enc.columns is not None:
+            self.writer.header = enc.header_line()  # the first mapping set it
+        return line
 
     def encode(self, records: Iterable[Record]) -> tuple[bytes, int]:
         had_header = self.encoder.columns is not None
@@ -144,16 +168,9 @@ def append_record(
     is then in the file named by the exception's ``spill_path``: do not append it again,
     run ``zotsink recover`` later.
     """
-    append_records(
-        path,
-        (record,),
-        format=format,
-        columns=columns,
-        stamp=stamp,
-        lock=lock,
-        sync=sync,
-        timeout=timeout,
-    )
+    # Not through append_records: one record needs no batch (see _Target.encode_one).
+    t = _target(path, format, columns, stamp, lock, sync, timeout)
+    t.writer.append(t.encode_one(record))
 
 
 def append_records(
@@ -185,6 +202,20 @@ class Sink:
     oldest record is ``flush_interval`` seconds old (checked on each write), on ``flush()``,
     on ``close()``, on leaving a ``with`` block, and at interpreter exit. On failure the
     batch is in a spill file and the exception says where (see :func:`append_record`).
+
+    Signals: zotsink installs no signal handlers in your process; they belong to the
+    application. A signal left at its default action (SIGTERM from a walltime limit or
+    ``scancel``, SIGHUP, SIGUSR1/2) ends the process at once and the buffered records are
+    lost. Have the handler only note the signal and let the loop leave the ``with`` block::
+
+        stop = []
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(s, lambda signum, frame: stop.append(signum))
+        with Sink("results.tsv") as sink:
+            for record in work():
+                if stop:
+                    break
+                sink.write(record)
     """
 
     def __init__(
@@ -205,34 +236,83 @@ class Sink:
         self.batch_bytes = batch_bytes
         self.flush_interval = flush_interval
         self._buf: list[bytes] = []
+        self._strs: list[str] = []  # ASCII str records checked by the fast path, not encoded
         self._size = 0
+        self._count = 0
         self._oldest = 0.0
+        self._tabs = self._fast_tabs()
         self.records_written = 0
         self.closed = False
         _live_sinks.add(self)
+
+    def _fast_tabs(self) -> int:
+        """What the fast path of write() checks: the tabs a line must have (-1: any), or
+        _NO_FAST when every record needs the encoder (stamps, csv rows to count)."""
+        enc = self._target.encoder
+        if enc.stamp:
+            return _NO_FAST
+        if enc.columns is None or enc.fmt == "lines":
+            return -1
+        return len(enc.columns) - 1 if enc.fmt == "tsv" else _NO_FAST
 
     def write(self, record: Record) -> None:
         """Buffer one record (encoded and checked now: a bad one raises RecordError)."""
         if self.closed:
             raise ValueError(f"write to a closed Sink for {self.path}")
-        data, _ = self._target.encode((record,))
-        if not self._buf:
-            self._oldest = time.monotonic()
-        self._buf.append(data)
-        self._size += len(data)
-        if self._size >= self.batch_bytes or (
-            time.monotonic() - self._oldest >= self.flush_interval
+        tabs = self._tabs
+        if (
+            type(record) is str
+            and tabs != _NO_FAST
+            and record.isascii()
+            and "\n" not in record
+            and "\0" not in record
+            and len(record) <= MAX_LINE
+            and (tabs < 0 or record.count("\t") == tabs)
         ):
+            # A plain ASCII line passes every check Encoder.encode makes (the same checks,
+            # at C speed here) and encodes to itself: encoding waits for the batch, one
+            # join and one encode for all. Measured: 1.25 -> 0.45 µs per write.
+            self._strs.append(record)
+            n = len(record) + 1
+        else:
+            data, _ = self._target.encode((record,))
+            if self._strs:
+                self._settle()
+            self._buf.append(data)
+            n = len(data)
+            self._tabs = self._fast_tabs()  # a first mapping record may have set columns
+        now = time.monotonic()
+        if not self._size:
+            self._oldest = now
+        self._size += n
+        self._count += 1
+        if self._size >= self.batch_bytes or now - self._oldest >= self.flush_interval:
             self.flush()
+
+    def _settle(self) -> None:
+        """Encode the fast path's lines, keeping their place before any later record."""
+        self._buf.append(("\n".join(self._strs) + "\n").encode("ascii"))
+        self._strs = []
 
     def flush(self) -> None:
         """Append the buffered records now."""
+        if self._strs:
+            self._settle()
         if not self._buf:
             return
-        data, n = b"".join(self._buf), len(self._buf)
-        self._buf, self._size = [], 0
+        data, n = b"".join(self._buf), self._count
+        self._buf, self._size, self._count = [], 0, 0
         try:
             self._target.writer.append(data)
+        except (KeyboardInterrupt, SystemExit):
+            # Raised by a signal handler, most likely while this batch waited for the lock:
+            # keep it, so that close() on the way out appends or spills it. Should the
+            # interrupt land after the write itself, the batch appears twice (verify shows
+            # the duplicates) rather than not at all.
+            self._buf.insert(0, data)
+            self._size += len(data)
+            self._count += n
+            raise
         except HeaderMismatch as e:
             lines = data.splitlines()
             path = sidefiles.reject(self.path, (("header mismatch", ln) for ln in lines))
@@ -258,6 +338,9 @@ class Sink:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+#: ``Sink._tabs`` when every record must go through the encoder.
+_NO_FAST = -2
 
 _live_sinks: weakref.WeakSet[Sink] = weakref.WeakSet()
 
@@ -290,6 +373,9 @@ def snapshot(
         raise InputError(f"{p} does not exist", path=p) from None
     except IsADirectoryError:
         raise InputError(f"{p} is a directory, not a zotsink output", path=p) from None
+    if stat.S_ISDIR(os.fstat(fd).st_mode):  # open(2) of a directory for reading succeeds
+        os.close(fd)
+        raise InputError(f"{p} is a directory, not a zotsink output", path=p)
     try:
         locker = Locker(lock, p)
         locker.acquire(fd, timeout, shared=True)

@@ -95,10 +95,15 @@ def _text(value: Any) -> str:
 
 def encode_row(values: Iterable[Any], fmt: str) -> str:
     """One row as a line without its newline."""
-    texts = [_text(v) for v in values]
+    texts = [v if type(v) is str else _text(v) for v in values]
     if fmt == "csv":
         return _csv_line(texts)
-    return "\t".join([escape_tsv(t) for t in texts])
+    # Join first and escape only when needed: one C-speed scan of the line instead of a call
+    # per value (4-value row: 1.0 -> 0.45 µs). A tab inside a value shows as one tab too many.
+    line = "\t".join(texts)
+    if "\\" in line or "\n" in line or "\r" in line or line.count("\t") != len(texts) - 1:
+        return "\t".join([escape_tsv(t) for t in texts])
+    return line
 
 
 class _LineSink:
@@ -344,7 +349,16 @@ class Encoder:
             if why:
                 raise RecordError(f"record refused ({why}): {raw[:60]!r}")
             return self.stamp_prefix(now) + raw + b"\n" if self.stamp else raw + b"\n"
-        if isinstance(record, Mapping):
+        tp = type(record)
+        if tp is list or tp is tuple:
+            # Before the ABCs: isinstance against Mapping and Sequence costs about 0.3 µs,
+            # a third of encoding a short row.
+            values = list(record) if self.stamp else record
+            if self.columns is not None and len(values) != len(self.columns):
+                raise RecordError(
+                    f"row has {len(values)} values where the header has {len(self.columns)}"
+                )
+        elif isinstance(record, Mapping):
             values = self._mapping_values(record)
         elif isinstance(record, Sequence):
             values = list(record)
@@ -364,9 +378,8 @@ class Encoder:
             raise RecordError(
                 f"a value is not valid Unicode text ({e.reason} at {e.object[e.start : e.end]!r})"
             ) from None
-        why = check_line(line)
-        if why:
-            raise RecordError(f"record refused ({why})")
+        if b"\0" in line or len(line) > MAX_LINE:  # check_line, called only when it says no
+            raise RecordError(f"record refused ({check_line(line)})")
         return line + b"\n"
 
     def _mapping_values(self, record: Mapping[str, Any]) -> list[Any]:

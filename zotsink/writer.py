@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from . import sidefiles
-from .errors import HeaderMismatch, LockTimeout, UsageError, WriteError
+from .errors import HeaderMismatch, LockError, UsageError, WriteError, ZotsinkError
 from .fsinfo import wants_fsync
 from .locking import Locker
 
 __all__ = ["SYNC_POLICIES", "Writer", "first_line"]
+
+#: A hook run under the lock just before a write: (fd, fstat of OUT, the exact bytes).
+UnderLock = Callable[[int, os.stat_result, bytes], None]
 
 #: Values accepted by ``--sync``.
 SYNC_POLICIES: Final = ("auto", "fsync", "none")
@@ -97,7 +101,9 @@ class Writer:
         # a second one would drop an fcntl lock the moment it is closed.
         flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         if self.side_file:
-            flags |= os.O_NOFOLLOW
+            # O_NONBLOCK: a FIFO planted at a side file's name must not hang the open; it is
+            # refused below and cleared again for the regular file.
+            flags |= os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             try:
                 fd = os.open(self.path, flags | os.O_RDWR, self.mode)
@@ -110,8 +116,22 @@ class Writer:
             raise WriteError(
                 f"cannot open {self.path} for appending: {advice}", path=self.path, errno=e.errno
             ) from e
+        if self.side_file:
+            self._check_regular(fd)
         self._fd = fd
         return fd
+
+    def _check_regular(self, fd: int) -> None:
+        # A side file is only ever a regular file: anything else planted at its name (a FIFO,
+        # a device) could hang the writer or send the records elsewhere.
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise WriteError(
+                f"cannot open {self.path} for appending: it is not a regular file; remove it",
+                path=self.path,
+                errno=errno.EINVAL,
+            )
+        os.set_blocking(fd, True)
 
     def close(self) -> None:
         with self._mutex:
@@ -127,33 +147,53 @@ class Writer:
 
     # -- the append path -----------------------------------------------------------------
     def append(
-        self, data: bytes, *, skip_first_line_if_equal: bytes | None = None, spill: bool = True
+        self,
+        data: bytes,
+        *,
+        skip_first_line_if_equal: bytes | None = None,
+        spill: bool = True,
+        under_lock: UnderLock | None = None,
     ) -> int:
         """Append ``data`` (whole lines) to OUT under the lock; the bytes written.
 
-        On lock timeout or a failed write the batch is saved to a spill file and
-        :class:`LockTimeout` or :class:`WriteError` is raised with its ``spill_path``.
+        On lock timeout, a failed lock call or a failed write the batch is saved to a spill
+        file and :class:`LockTimeout`, :class:`LockError` or :class:`WriteError` is raised with
+        its ``spill_path``.
         ``skip_first_line_if_equal`` (used by recover) drops ``data``'s first line when OUT
         is not empty and already starts with exactly that line. ``spill=False`` raises
         without saving (for a caller whose records are already safe elsewhere).
+        ``under_lock(fd, st, payload)`` (used by recover) runs under the lock just before
+        ``payload``, the exact bytes about to be written at offset ``st.st_size``; it may
+        raise to write nothing.
         """
         if not data:
             return 0
         with self._mutex:
             try:
-                return self._append(data, skip_first_line_if_equal)
-            except LockTimeout as e:
-                if not spill:
-                    raise
-                e.spill_path = self._spill(data, skip_first_line_if_equal)
-                e.message += f"; the records were saved to {e.spill_path}"
+                return self._append(data, skip_first_line_if_equal, under_lock)
+            except (LockError, WriteError) as e:
+                # LockTimeout is a LockError. A lock call that fails outright (an explicit
+                # --lock kind the filesystem lacks) would lose a batch read from a pipe just
+                # the same, so it is saved too: exit 74 always means "spilled".
+                if spill:
+                    self.save(e, data, skip_first_line_if_equal)
                 raise
-            except WriteError as e:
-                if not spill:
-                    raise
-                e.spill_path = self._spill(data, skip_first_line_if_equal)
-                e.message += f"; the records were saved to {e.spill_path}"
-                raise
+            except OSError as e:
+                # Any other I/O error under the lock (EIO from fstat, stat or pread on a sick
+                # mount) takes the failed-write path: one error kind, and the batch is saved.
+                err = WriteError(
+                    f"cannot append to {self.path}: {e.strerror or e}",
+                    path=self.path,
+                    errno=e.errno,
+                )
+                if spill:
+                    self.save(err, data, skip_first_line_if_equal)
+                raise err from e
+
+    def save(self, e: ZotsinkError, data: bytes, skip_line: bytes | None = None) -> None:
+        """Save a batch that ``e`` kept out of OUT to a spill file; note where on ``e``."""
+        e.spill_path = self._spill(data, skip_line)
+        e.message += f"; the records were saved to {e.spill_path}"
 
     def append_chunks(self, chunks: Iterator[bytes]) -> int:
         """Append one record given as a stream of chunks, under one lock hold.
@@ -162,7 +202,7 @@ class Writer:
         file). Nothing is spilled: on failure OUT is cut back and WriteError raised.
         """
         with self._mutex:
-            return self._append(chunks, None)
+            return self._append(chunks, None, None)
 
     def _after_fork(self) -> None:
         # A flock held through a description shared with the parent would not exclude the
@@ -174,7 +214,9 @@ class Writer:
         self.locker = Locker(self.locker.requested, self.path)
         self._pid = os.getpid()
 
-    def _append(self, data: bytes | Iterator[bytes], skip_line: bytes | None) -> int:
+    def _append(
+        self, data: bytes | Iterator[bytes], skip_line: bytes | None, under_lock: UnderLock | None
+    ) -> int:
         if self._pid != os.getpid():
             self._after_fork()
         for _ in range(_MAX_REOPENS):
@@ -193,7 +235,7 @@ class Writer:
                     self.locker.release()
                     os.close(fd)
                     continue
-                return self._write_locked(fd, st, data, skip_line)
+                return self._write_locked(fd, st, data, skip_line, under_lock)
             finally:
                 if self._fd == fd:
                     self.locker.release()
@@ -204,7 +246,12 @@ class Writer:
         )
 
     def _write_locked(
-        self, fd: int, st: os.stat_result, data: bytes | Iterator[bytes], skip_line: bytes | None
+        self,
+        fd: int,
+        st: os.stat_result,
+        data: bytes | Iterator[bytes],
+        skip_line: bytes | None,
+        under_lock: UnderLock | None = None,
     ) -> int:
         size = st.st_size
         ident = (st.st_dev, st.st_ino)
@@ -242,6 +289,8 @@ class Writer:
                 prefix = b"\n"
         if isinstance(data, bytes):
             pieces: Iterator[bytes] | list[bytes] = [prefix + data if prefix else data]
+            if under_lock is not None:
+                under_lock(fd, st, pieces[0])
         else:
             pieces = _chain(prefix, data)
         written = 0
@@ -273,6 +322,10 @@ class Writer:
         return sidefiles.spill(self.path, data, header=self.header, mode=self._side_mode())
 
     def _side_mode(self) -> int:
+        if self.side_file:
+            # The mode given is OUT's; whatever sits at the side file's name may have been
+            # planted there, and must not choose who can read the spilled records.
+            return self.mode
         try:
             return os.stat(self.path).st_mode & 0o666
         except OSError:

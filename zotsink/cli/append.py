@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..errors import HeaderMismatch, LockTimeout, WriteError
+from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError
 from ..locking import LOCK_KINDS
 from ..writer import SYNC_POLICIES
 from . import fail, run_api, say, set_verbosity
@@ -132,6 +132,7 @@ def append_cmd(
 
 def _report(out: str, r: object) -> int:
     """Say what happened; the exit code (the spec's order: signal, I/O, timeout, refusals)."""
+    from ..sidefiles import find_spills
     from ..stream import StreamReport
 
     assert isinstance(r, StreamReport)
@@ -144,22 +145,29 @@ def _report(out: str, r: object) -> int:
             err=True,
         )
         code = 1
-    if r.spilled:
-        for p in r.spill_paths:
-            click.echo(
-                f"zotsink: error: {r.error}\nzotsink: {r.spilled} records are safe in {p}; "
-                f"run `zotsink recover {out}` when the cause is fixed",
-                err=True,
-            )
+    if isinstance(r.error, (LockError, WriteError)):  # LockTimeout is a LockError
+        # Once, however many batches failed: the first error says why and where they went.
+        click.echo(f"zotsink: error: {r.error}", err=True)
         code = 75 if isinstance(r.error, LockTimeout) else 74
-    elif isinstance(r.error, WriteError):
-        code = 74
+    if r.spilled:
+        # recover finds spill files beside OUT by itself; any elsewhere must be named.
+        beside = {os.path.abspath(p) for p in find_spills(out)}
+        extra = [p for p in r.spill_paths if os.path.abspath(p) not in beside]
+        import shlex  # only when something was spilled: every task's start-up pays for imports
+
+        cmd = " ".join(shlex.quote(a) for a in ["zotsink", "recover", out, *extra])
+        click.echo(
+            f"zotsink: {r.spilled} records are safe in {', '.join(r.spill_paths)}; "
+            f"run `{cmd}` when the cause is fixed",
+            err=True,
+        )
     say(f"{r.records} records appended to {out} (lock wait {r.lock_wait:.3f} s)", level=1)
     if r.signal is not None:
         import signal as _signal
 
         name = _signal.Signals(r.signal).name
-        say(f"stopped by {name} after writing everything read")
+        done = "writing or spilling" if r.spilled else "writing"
+        say(f"stopped by {name} after {done} everything read")
         code = 128 + r.signal
     return code
 

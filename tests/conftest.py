@@ -1,0 +1,94 @@
+"""Shared fixtures for the unit-level suite.
+
+``zotsink_cmd`` -> ``[sys.executable, "-m", "zotsink"]``
+    The argv prefix that runs the CLI with this interpreter (for ``subprocess.Popen``).
+``child_env`` -> ``make(extra=None) -> dict``
+    The environment for a child process: ``os.environ`` without ``ZOTSINK_*`` settings,
+    plus ``extra`` (a ``None`` value removes a name). For ``subprocess.Popen(env=...)``.
+``reap`` -> ``reap(proc) -> proc``
+    Registers a ``subprocess.Popen``; at teardown any still running is killed and waited
+    for, so a failing test leaves no writer or lock holder behind.
+``zotsink`` -> ``run(*args, input=b"", env=None, cwd=tmp_path, timeout=60)``
+    Runs the CLI to completion and returns the ``subprocess.CompletedProcess`` with
+    ``stdout`` and ``stderr`` as bytes. ``input`` may be bytes or str; ``env`` adds to (or,
+    with a ``None`` value, removes from) the environment.
+
+Children never inherit the developer's ``ZOTSINK_*`` settings, so a test sees the defaults
+unless it sets them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ZOTSINK = [sys.executable, "-m", "zotsink"]
+
+
+def _child_env(extra: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """os.environ without ZOTSINK_* settings, plus ``extra`` (a None value removes a name)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOTSINK_")}
+    for k, v in (extra or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+@pytest.fixture(name="child_env")
+def child_env_fixture() -> Callable[..., dict[str, str]]:
+    """The environment for a child process (see the module docstring)."""
+    return _child_env
+
+
+@pytest.fixture
+def reap() -> Iterator[Callable[[subprocess.Popen[Any]], subprocess.Popen[Any]]]:
+    """Kill (and wait for) the registered child processes that are still running."""
+    procs: list[subprocess.Popen[Any]] = []
+
+    def register(proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
+        procs.append(proc)
+        return proc
+
+    yield register
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def zotsink_cmd() -> list[str]:
+    """argv prefix that runs the zotsink CLI with this interpreter."""
+    return list(ZOTSINK)
+
+
+@pytest.fixture
+def zotsink(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[bytes]]:
+    """Run ``zotsink ARGS`` in a child process (cwd: the test's tmp_path)."""
+
+    def run(
+        *args: str | os.PathLike[str],
+        input: bytes | str = b"",
+        env: Mapping[str, str | None] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[bytes]:
+        data = input.encode() if isinstance(input, str) else input
+        return subprocess.run(
+            [*ZOTSINK, *map(os.fspath, args)],
+            input=data,
+            capture_output=True,
+            env=_child_env(env),
+            cwd=tmp_path if cwd is None else cwd,
+            timeout=timeout,
+        )
+
+    return run

@@ -1,0 +1,228 @@
+"""Full disk, quota and I/O errors: exit 74, OUT ends with a whole record, the rest spilled.
+
+ENOSPC is real: OUT lives on a small tmpfs this test mounts (root only; it skips with the
+reason otherwise). EDQUOT and EIO are injected into a child zotsink by a shim that replaces
+``os.write`` / ``os.fsync`` for OUT's descriptor only, so side files are written normally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Runs the CLI with os.write/os.fsync failing on OUT (argv: OUT ERRNO BUDGET OP ARGS...):
+# OP "write": the first BUDGET bytes are written (the write that crosses it comes back
+# short, as on a filling disk), every later write fails with ERRNO; OP "fsync": every
+# fsync of OUT fails with ERRNO.
+SHIM = r"""
+import errno, os, sys
+target, err, budget, op = sys.argv[1], getattr(errno, sys.argv[2]), [int(sys.argv[3])], sys.argv[4]
+target = os.path.realpath(target)
+real_write, real_fsync = os.write, os.fsync
+
+def is_out(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == target
+    except OSError:
+        return False
+
+def write(fd, data):
+    if op != "write" or not is_out(fd):
+        return real_write(fd, data)
+    if budget[0] <= 0:
+        raise OSError(err, os.strerror(err))
+    n = real_write(fd, memoryview(data)[: budget[0]])
+    budget[0] -= n
+    return n
+
+def fsync(fd):
+    if op == "fsync" and is_out(fd):
+        raise OSError(err, os.strerror(err))
+    return real_fsync(fd)
+
+os.write, os.fsync = write, fsync
+sys.argv = ["zotsink", *sys.argv[5:]]
+from zotsink.cli import main
+main()
+"""
+
+SPILLED = re.compile(r"^zotsink: (\d+) records are safe in (\S+); run `([^`]*)`", re.M)
+
+
+def make_records(n: int, tag: str = "r") -> list[bytes]:
+    # 64 bytes each, unique, so every line of OUT can be checked whole
+    return [f"{tag}-{i:07d}-".encode().ljust(63, b"x") + b"\n" for i in range(n)]
+
+
+def check_split(out: Path, spill: Path, records: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """OUT holds whole records only, the spill the rest: together each record exactly once."""
+    data = out.read_bytes()
+    assert data == b"" or data.endswith(b"\n")
+    written = data.splitlines(keepends=True)
+    saved = spill.read_bytes().splitlines(keepends=True)
+    known = set(records)
+    assert all(line in known for line in written), "a line in OUT is not a whole record"
+    assert sorted(written + saved) == sorted(records)
+    return written, saved
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs inside tmp_path, unmounted at teardown."""
+    with mounted_tmpfs(tmp_path / "fs", "256k") as fs:
+        yield fs
+
+
+def fill(fs: Path) -> None:
+    """Fill the filesystem completely with one file."""
+    with open(fs / "filler", "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0")
+
+
+def test_full_disk_spills_the_rest_and_recover_completes_out(
+    tmp_path: Path, small_fs: Path, zotsink
+) -> None:
+    out = small_fs / "out.txt"
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    (tmp_path / "tmp").mkdir()
+    records = make_records(6000)  # 384,000 bytes for 256 KiB: read and written in batches
+    env = {"ZOTSINK_SPILL_DIR": str(spill_dir), "TMPDIR": str(tmp_path / "tmp")}
+    r = zotsink(out, input=b"".join(records), env=env)
+    err = r.stderr.decode()
+    assert r.returncode == 74, err
+    assert "No space left on device" in err and "Traceback" not in err
+    m = SPILLED.search(err)
+    assert m, err
+    spill = Path(m.group(2))
+    # The full tmpfs cannot take the spill file: it went to $ZOTSINK_SPILL_DIR, not $TMPDIR.
+    assert spill.parent == spill_dir and not list(small_fs.glob("out.txt.spill.*"))
+    assert spill.name.startswith(f"out.txt.spill.{os.uname().nodename}.")
+    assert not list((tmp_path / "tmp").iterdir())
+    written, saved = check_split(out, spill, records)
+    assert written and int(m.group(1)) == len(saved)
+    assert m.group(3) == f"zotsink recover {out} {spill}"
+
+    # Space comes back (a bigger quota, or files removed): recover folds the spill in.
+    subprocess.run(["mount", "-o", "remount,size=2m", str(small_fs)], check=True)
+    r = zotsink("recover", out, spill)
+    assert r.returncode == 0, r.stderr
+    assert sorted(out.read_bytes().splitlines(keepends=True)) == sorted(records)
+    assert not spill.exists()
+
+
+@pytest.mark.parametrize(
+    ("spill_dir", "tmpdir", "expect"),
+    [
+        ("spill", "tmp", "spill"),
+        (None, "tmp", "tmp"),
+        ("missing", "tmp", "tmp"),
+        ("missing", "missing-too", "/tmp"),
+    ],
+    ids=["ZOTSINK_SPILL_DIR", "TMPDIR", "missing-ZOTSINK_SPILL_DIR", "slash-tmp"],
+)
+def test_spill_goes_to_the_first_place_that_takes_it(
+    tmp_path: Path,
+    small_fs: Path,
+    zotsink,
+    spill_dir: str | None,
+    tmpdir: str,
+    expect: str,
+) -> None:
+    (tmp_path / "spill").mkdir()
+    (tmp_path / "tmp").mkdir()
+    fill(small_fs)
+    out = small_fs / "out.txt"
+    env: dict[str, str | None] = {
+        "ZOTSINK_SPILL_DIR": str(tmp_path / spill_dir) if spill_dir else None,
+        "TMPDIR": str(tmp_path / tmpdir),
+    }
+    r = zotsink(out, "only record", env=env)
+    err = r.stderr.decode()
+    m = SPILLED.search(err)
+    assert r.returncode == 74 and m, err
+    spill = Path(m.group(2))
+    try:
+        assert spill.parent == (Path("/tmp") if expect == "/tmp" else tmp_path / expect)
+        assert spill.read_bytes() == b"only record\n"
+        # Outside OUT's directory the spill file is for its owner's eyes only.
+        assert spill.stat().st_mode & 0o777 == 0o600
+    finally:
+        if expect == "/tmp":
+            spill.unlink()
+    assert out.read_bytes() == b""
+
+
+@pytest.mark.parametrize(
+    ("err", "op", "message"),
+    [
+        ("EDQUOT", "write", "Disk quota exceeded"),
+        ("EIO", "write", "Input/output error"),
+        ("EIO", "fsync", "Input/output error"),
+        ("ENOSPC", "write", "No space left on device"),
+    ],
+    ids=["EDQUOT", "EIO", "EIO-on-fsync", "ENOSPC"],
+)
+def test_injected_io_errors_take_the_same_path(
+    tmp_path: Path, zotsink, child_env, err: str, op: str, message: str
+) -> None:
+    out = tmp_path / "out.txt"
+    records = make_records(6000)
+    budget = 200_000  # mid-way: earlier batches land, one is cut short, later ones fail
+    shim = [sys.executable, "-c", SHIM, str(out), err, str(budget), op]
+    r = subprocess.run(
+        [*shim, "--sync", "fsync", str(out)],
+        input=b"".join(records),
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+    )
+    stderr = r.stderr.decode()
+    assert r.returncode == 74, stderr
+    assert f"cannot append to {out}: {message}" in stderr and "Traceback" not in stderr
+    m = SPILLED.search(stderr)
+    assert m, stderr
+    spill = Path(m.group(2))
+    assert spill.parent == tmp_path  # beside OUT: that disk is not full
+    assert m.group(3) == f"zotsink recover {out}"
+    written, saved = check_split(out, spill, records)
+    if op == "write":
+        assert 0 < len(written) * 64 <= budget  # the cut-short batch was cut back whole
+    else:
+        assert written == []  # no fsync succeeded: every batch was cut back
+    assert int(m.group(1)) == len(saved)
+    r = zotsink("recover", out)
+    assert r.returncode == 0, r.stderr
+    assert sorted(out.read_bytes().splitlines(keepends=True)) == sorted(records)
+    assert not list(tmp_path.glob("out.txt.spill.*"))
