@@ -123,3 +123,18 @@ def test_exception_tree() -> None:
     assert issubclass(RecordError, ValueError) and issubclass(WriteError, OSError)
     assert issubclass(HeaderMismatch, RecordError)
     assert set(zotsink.__all__) >= {"append_record", "Sink", "read_records", "ZotsinkError"}
+
+
+def test_lazy_names_stay_functions_after_their_modules_are_imported() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import zotsink.verify, zotsink.collect, zotsink.missing, zotsink.doctor\n"
+        "from zotsink import verify, collect, missing, doctor, VerifyReport\n"
+        "import types\n"
+        "assert not any(isinstance(f, types.ModuleType) for f in (verify, collect, missing,"
+        " doctor)), (verify, collect)\n"
+        "assert isinstance(VerifyReport, type)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -135,3 +135,21 @@ def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(WriteError, match=r"could not save 1 records meant for .* anywhere") as e:
         w.append(b"x\n")
     assert "they are lost unless the producer can send them again" in str(e.value)
+
+
+def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch) -> None:
+    # OUT replaced through another client of a network filesystem: ESTALE once
+    out = tmp_path / "o.txt"
+    real_stat, calls = os.stat, []
+
+    def stale_once(path, *a, **k):
+        if os.fspath(path) == str(out) and not calls:
+            calls.append(path)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_stat(path, *a, **k)
+
+    with Writer(out) as w:
+        monkeypatch.setattr(os, "stat", stale_once)
+        w.append(b"rec\n")
+    assert calls and out.read_bytes() == b"rec\n"
+    assert not list(tmp_path.glob("o.txt.spill.*"))

@@ -7,6 +7,8 @@ appends pays only for the writer at start-up.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 from .api import Sink, append_record, append_records, read_records
@@ -58,6 +60,24 @@ __all__ = [
     "recover",
     *_LAZY,
 ]
+
+
+class _Package(types.ModuleType):
+    """The zotsink package, whose lazily loaded functions keep their names.
+
+    Importing a submodule binds it as an attribute of its package, so after ``import
+    zotsink.verify`` the name ``zotsink.verify`` would be the module, and ``from zotsink
+    import verify`` would hand out a module instead of the function. The lazy names stay
+    bound to the functions and classes they stand for.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import stat
 import time
@@ -37,17 +38,29 @@ def _stamp_fields(stamp: Stamp) -> tuple[str, ...]:
     return parse_stamp(stamp)
 
 
+#: Tries at a stale NFS/FUSE file handle, 50 ms apart, before giving up.
+_ESTALE_TRIES = 40
+
+
 def existing_header(path: str) -> bytes | None:
     """OUT's first line when OUT exists and is not empty (read without a lock).
 
     Safe without a lock: a header is only ever written into an empty file, so once OUT has a
     first line it no longer changes.
     """
-    try:
-        with open(path, "rb") as f:
-            line = f.readline(1 << 20)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
+    for attempt in range(_ESTALE_TRIES):
+        try:
+            with open(path, "rb") as f:
+                line = f.readline(1 << 20)
+            break
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as e:
+            # OUT replaced through another client of a network filesystem (verify --repair
+            # on another node): this client's cached handle is stale for up to a second.
+            if e.errno != errno.ESTALE or attempt == _ESTALE_TRIES - 1:
+                raise
+            time.sleep(0.05)
     return line if line.endswith(b"\n") else None
 
 

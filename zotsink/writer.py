@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Final
 
@@ -222,18 +223,30 @@ class Writer:
         for _ in range(_MAX_REOPENS):
             fd = self._fd if self._fd >= 0 else self._open()
             self.lock_wait += self.locker.acquire(fd, self.timeout)
+            stale = False
             try:
-                st = os.fstat(fd)
                 try:
+                    st = os.fstat(fd)
                     named = os.stat(self.path)
                     replaced = named.st_ino != st.st_ino or named.st_dev != st.st_dev
                 except FileNotFoundError:
                     replaced = True
+                except OSError as e:
+                    # A stale handle: OUT was replaced through another client of a network
+                    # filesystem. Reopen by name, as for any replaced OUT.
+                    if e.errno != errno.ESTALE:
+                        raise
+                    replaced = stale = True
                 if replaced:
                     # Someone renamed or removed OUT since we opened it: follow the name.
                     self._fd = -1
-                    self.locker.release()
-                    os.close(fd)
+                    try:
+                        self.locker.release()
+                        os.close(fd)
+                    except OSError:
+                        pass  # a stale descriptor may refuse even this; it is dropped
+                    if stale:
+                        time.sleep(0.02)  # the client's cache needs a moment to let go
                     continue
                 return self._write_locked(fd, st, data, skip_line, under_lock)
             finally:
