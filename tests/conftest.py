@@ -92,3 +92,24 @@ def zotsink(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[bytes]]
         )
 
     return run
+
+
+# -- the "zotsink cluster" summary section ------------------------------------------------
+# tests/cluster/conftest.py collects lines (cluster up/down timings, skip reasons, figures a
+# test reports without asserting) on the config object; these hooks run in the process that
+# prints the summary, which under pytest-xdist never loads that conftest.
+CLUSTER_LINES = "zotsink_cluster_timings"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    lines = node.config.__dict__.setdefault(CLUSTER_LINES, [])
+    lines.extend(getattr(node, "workeroutput", {}).get(CLUSTER_LINES, []))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = config.__dict__.get(CLUSTER_LINES)
+    if lines:
+        terminalreporter.section("zotsink cluster")
+        for line in dict.fromkeys(lines):  # each worker reports the same skip
+            terminalreporter.write_line(line)
