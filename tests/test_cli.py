@@ -175,3 +175,25 @@ def test_cat_prints_a_snapshot(tmp_path: Path) -> None:
     assert (r.returncode, r.stdout) == (0, b"x\ny\n")
     r = run("cat", str(tmp_path / "none"))
     assert r.returncode == 1 and b"does not exist" in r.stderr
+
+
+def test_csv_line_with_a_bare_cr_is_refused_not_a_crash(tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    r = run("--columns", "x", str(out), input=b"ok\na\rb\nfine\n")
+    assert r.returncode == 1 and b"Traceback" not in r.stderr
+    assert out.read_bytes() == b"x\nok\nfine\n"
+    rejects = (tmp_path / "o.csv.rejects").read_bytes()
+    assert rejects.startswith(b"line 2: malformed csv line (") and rejects.endswith(b"\ta\rb\n")
+
+
+def test_stamped_blocks_match_line_by_line_stamping(tmp_path: Path) -> None:
+    # the whole-block stamping path and the per-line path (taken when a line is refused)
+    # must produce the same bytes for the good lines
+    env = {"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4"}
+    lines = b"".join(b"rec %d\tx\r\n" % i for i in range(500))
+    fast, slow = tmp_path / "fast.txt", tmp_path / "slow.txt"
+    assert run("--stamp", "job,task", str(fast), input=lines, env=env).returncode == 0
+    r = run("--stamp", "job,task", str(slow), input=lines + b"bad\0\n", env=env)
+    assert r.returncode == 1
+    assert fast.read_bytes() == slow.read_bytes()
+    assert fast.read_bytes().split(b"\n")[7] == b"9\t4\trec 7\tx\r"

@@ -325,7 +325,10 @@ class Encoder:
         """Why a pre-formatted line (without newline) is refused, or None."""
         why = check_line(line)
         if why is None and self.columns is not None and self.fmt != "lines":
-            n = self.field_count(line)
+            try:
+                n = self.field_count(line)
+            except Exception as e:  # csv.Error: a bare CR or LF outside quotes
+                return f"malformed csv line ({e})"
             if n != len(self.columns):
                 why = f"{n} fields where the header has {len(self.columns)}"
         return why

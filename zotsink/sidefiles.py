@@ -13,10 +13,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
-import hashlib
 import os
 from collections.abc import Iterable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .errors import WriteError
 
@@ -40,6 +39,14 @@ JOURNAL_SUFFIX: Final = ".recovering"
 #: Spill files this process created, per OUT, so later batches join the same file:
 #: OUT -> (path, device, inode) of the file as created.
 _open_spills: dict[str, tuple[str, int, int]] = {}
+
+
+def _sha256(data: bytes = b"") -> Any:
+    # imported here, not at the top: hashlib costs ~2.5 ms of every CLI start, and only
+    # recover needs it
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def _host() -> str:
@@ -246,7 +253,7 @@ def _claim(spill: str, digest: str, fd: int, st: os.stat_result, payload: bytes)
     if not os.path.exists(spill):
         raise _Skip(done=False)  # another recover appended it meanwhile
     note = f"{digest} {st.st_dev} {st.st_ino} {st.st_size} {len(payload)} "
-    note += hashlib.sha256(payload).hexdigest() + "\n"
+    note += _sha256(payload).hexdigest() + "\n"
     jfd = os.open(
         journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
     )
@@ -269,7 +276,7 @@ def _already_in(journal: str, digest: str, fd: int, st: os.stat_result) -> bool:
         pos, end = int(offset), int(offset) + int(length)
         if st.st_size < end:
             return False
-        h = hashlib.sha256()
+        h = _sha256()
         while pos < end:
             chunk = os.pread(fd, min(1 << 20, end - pos), pos)
             if not chunk:
@@ -338,7 +345,7 @@ def recover(
                 data += b"\n"
             nl = data.find(b"\n")
             first = data[: nl + 1] if nl >= 0 and headed else None
-            claim = functools.partial(_claim, p, hashlib.sha256(data).hexdigest())
+            claim = functools.partial(_claim, p, _sha256(data).hexdigest())
             try:
                 size += w.append(
                     data, skip_first_line_if_equal=first, spill=False, under_lock=claim
