@@ -23,6 +23,7 @@ from typing import Final, NamedTuple
 from .collect_spool import Spool
 from .collect_tar import archive_errors, members
 from .errors import WriteError
+from .fileio import fsync_dir
 
 __all__ = ["Candidates", "archive_mode", "make_archive", "remove_sources"]
 
@@ -132,7 +133,7 @@ def make_archive(cands: Candidates, archive: str, kept: list[tuple[str, str]]) -
             os.fsync(f.fileno())
         _verify(cands, inside, tmp)
         os.rename(tmp, archive)
-        _fsync_dir(os.path.dirname(os.path.abspath(archive)))
+        fsync_dir(os.path.dirname(os.path.abspath(archive)))
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -175,19 +176,6 @@ def _verify(cands: Candidates, inside: bytearray, path: str) -> None:
     left = next(expect, None)
     if left is not None:
         raise WriteError(f"{path} does not read back: {left.name!r} is missing", path=path)
-
-
-def _fsync_dir(d: str) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is done either way
-    finally:
-        os.close(fd)
 
 
 def remove_sources(

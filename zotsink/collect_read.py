@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
 from .errors import InputError
+from .fileio import write_all
 
 __all__ = ["ARCHIVE", "FORK", "LISTED_DIR", "Item", "Task", "item", "read_file", "read_items"]
 
@@ -225,16 +226,10 @@ def _serve(
         out += (pack(code, mtime, len(n), len(p), len(payload)), n, p, payload)
         size += len(n) + len(p) + len(payload)
         if size >= _PIPE_CHUNK:
-            _write_all(wfd, b"".join(out))
+            write_all(wfd, b"".join(out))
             out, size = [], 0
     if out:
-        _write_all(wfd, b"".join(out))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+        write_all(wfd, b"".join(out))
 
 
 def _big_pipe() -> tuple[int, int]:
@@ -264,7 +259,7 @@ def _forked(
             code = 1
             try:
                 msg = _enc(f"{type(e).__name__}: {e}")
-                _write_all(wfd, _FRAME.pack(_ERROR, 0, 0, 0, len(msg)) + msg)
+                write_all(wfd, _FRAME.pack(_ERROR, 0, 0, 0, len(msg)) + msg)
             except BaseException:
                 pass
         finally:

@@ -22,6 +22,7 @@ from typing import Final
 
 from . import sidefiles
 from .errors import InputError, WriteError, ZotsinkError
+from .fileio import fsync_dir, write_all
 from .locking import Locker, ZotsinkWarning
 from .verify import CHUNK, KEPT_KINDS, VerifyReport, check
 
@@ -104,7 +105,7 @@ def _rewrite(
                 good.append(raw)
                 good_size += len(raw)
                 if good_size >= CHUNK:
-                    _write_all(tfd, b"".join(good))
+                    write_all(tfd, b"".join(good))
                     good, good_size = [], 0
                 continue
             report.moved += 1
@@ -114,7 +115,7 @@ def _rewrite(
                 # Saved before OUT is replaced: a crash in between leaves copies, never holes.
                 report.rejects_path = reject(bad)
                 bad, bad_size = [], 0
-        _write_all(tfd, b"".join(good))
+        write_all(tfd, b"".join(good))
         os.fsync(tfd)
         if report.moved:
             if bad:
@@ -122,7 +123,7 @@ def _rewrite(
             os.rename(tmp, target)
             renamed = True
             report.repaired = True
-            _fsync_dir(directory)
+            fsync_dir(directory)
     except ZotsinkError:
         raise  # OUT.rejects could not be written: that error says where its lines went
     except OSError as e:
@@ -149,25 +150,6 @@ def _match_owner(tfd: int, st: os.stat_result, p: str) -> None:
             ZotsinkWarning,
             stacklevel=5,
         )
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename is still done
-    finally:
-        os.close(dfd)
 
 
 def _remove(path: str) -> None:

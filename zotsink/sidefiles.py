@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from .errors import WriteError
+from .fileio import fsync_dir, write_all
 
 __all__ = [
     "JOURNAL_SUFFIX",
@@ -71,13 +72,6 @@ def _spill_dirs(out: str) -> list[str]:
     return seen
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 def spill(out: str, data: bytes, *, header: bytes | None = None, mode: int = 0o600) -> str:
     """Save a batch meant for ``out`` to a spill file; returns its full path.
 
@@ -118,7 +112,7 @@ def spill(out: str, data: bytes, *, header: bytes | None = None, mode: int = 0o6
                 errors.append(f"{d}: {e.strerror}")
                 break
             try:
-                _write_all(fd, (header or b"") + data)
+                write_all(fd, (header or b"") + data)
                 os.fsync(fd)
             except OSError as e:
                 errors.append(f"{path}: {e.strerror}")
@@ -148,7 +142,7 @@ def _append_existing(spill: tuple[str, int, int], data: bytes) -> None:
             raise FileExistsError(path)
         size = st.st_size
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         except OSError:
             os.ftruncate(fd, size)
@@ -258,11 +252,11 @@ def _claim(spill: str, digest: str, fd: int, st: os.stat_result, payload: bytes)
         journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
     )
     try:
-        _write_all(jfd, note.encode())
+        write_all(jfd, note.encode())
         os.fsync(jfd)
     finally:
         os.close(jfd)
-    _fsync_dir(os.path.dirname(journal) or ".")
+    fsync_dir(os.path.dirname(journal) or ".")
 
 
 def _already_in(journal: str, digest: str, fd: int, st: os.stat_result) -> bool:
@@ -286,21 +280,6 @@ def _already_in(journal: str, digest: str, fd: int, st: os.stat_result) -> bool:
     except (OSError, ValueError):  # none, unreadable or damaged: proves nothing
         return False
     return h.hexdigest() == payload_digest
-
-
-def _fsync_dir(path: str) -> None:
-    # So the journal's name is on disk before OUT's new bytes are; best effort, since some
-    # filesystems refuse to fsync a directory.
-    try:
-        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
 
 
 def recover(

@@ -20,6 +20,7 @@ from typing import Final
 
 from . import sidefiles
 from .errors import HeaderMismatch, LockError, UsageError, WriteError, ZotsinkError
+from .fileio import write_all
 from .fsinfo import wants_fsync
 from .locking import Locker
 
@@ -309,7 +310,7 @@ class Writer:
         written = 0
         try:
             for payload in pieces:
-                written += _write_all(fd, payload)
+                written += write_all(fd, payload)
             if self.fsync:
                 os.fsync(fd)
         except OSError as e:
@@ -343,18 +344,6 @@ class Writer:
             return os.stat(self.path).st_mode & 0o666
         except OSError:
             return 0o600
-
-
-def _write_all(fd: int, payload: bytes) -> int:
-    """Write all of ``payload``: one write() unless the kernel cuts it short."""
-    done = 0
-    view = memoryview(payload)
-    while done < len(payload):
-        n = os.write(fd, view[done:])
-        if n <= 0:
-            raise OSError(errno.EIO, "write returned 0")
-        done += n
-    return done
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
