@@ -102,12 +102,7 @@ class _Target:
         generator, list and join (about 0.5 µs of a 10 µs ``append_record``)."""
         enc = self.encoder
         had_header = enc.columns is not None
-        if enc._time_at >= 0:
-            from .records import utc_now
-
-            line = enc.encode(record, utc_now())
-        else:
-            line = enc.encode(record)
+        line = enc.encode(record)  # takes the time itself when the stamp has one
         if not had_header and enc.columns is not None:
             self.writer.header = enc.header_line()  # the first mapping set it
         return line
@@ -115,7 +110,7 @@ class _Target:
     def encode(self, records: Iterable[Record]) -> tuple[bytes, int]:
         had_header = self.encoder.columns is not None
         now = None
-        if self.encoder._time_at >= 0:
+        if "time" in self.encoder.stamp:
             from .records import utc_now
 
             now = utc_now()  # one time for all the records of one call: one lock hold

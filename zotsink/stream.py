@@ -382,12 +382,10 @@ def _reject_overlong(
     batcher.line_no += 1
     line_no = batcher.line_no
     rest = b""
-    total = 0
 
     def chunks() -> Iterator[bytes]:
-        nonlocal rest, total
+        nonlocal rest
         yield f"line {line_no}: over the {MAX_LINE}-byte line limit\t".encode()
-        total += len(head)
         yield head
         while True:
             chunk = os.read(infd, _READ_SIZE)
@@ -395,11 +393,9 @@ def _reject_overlong(
                 break
             nl = chunk.find(b"\n")
             if nl >= 0:
-                total += nl
                 yield chunk[:nl]
                 rest = chunk[nl + 1 :]
                 break
-            total += len(chunk)
             yield chunk
         yield b"\n"
 

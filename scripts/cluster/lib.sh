@@ -79,6 +79,22 @@ live_pids() {
 
 read_pid() { cat "$1" 2>/dev/null | head -1 | tr -dc 0-9 || true; }
 
+# wait_gone TICKS: wait up to TICKS tenths of a second for the caller's "${live[@]}"
+# (named $comm) to exit; leaves the survivors in the caller's "left". Bash locals are
+# dynamically scoped, so this reads and sets stop_pids' own variables.
+wait_gone() {
+    local pid
+    for _ in $(seq 1 "$1"); do
+        left=()
+        for pid in "${live[@]}"; do
+            if pid_alive "$pid" "$comm"; then left+=("$pid"); fi
+        done
+        [ ${#left[@]} -eq 0 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # stop_pids COMM PID...: SIGTERM the given pids that are alive and named COMM,
 # wait up to 10 s, then SIGKILL what is left and wait for it to go.
 stop_pids() {
@@ -92,24 +108,10 @@ stop_pids() {
         if pid_stopped "$pid"; then kill -CONT "$pid" 2>/dev/null || true; fi
         kill -TERM "$pid" 2>/dev/null || true
     done
-    for _ in $(seq 1 100); do
-        left=()
-        for pid in "${live[@]}"; do
-            if pid_alive "$pid" "$comm"; then left+=("$pid"); fi
-        done
-        [ ${#left[@]} -eq 0 ] && return 0
-        sleep 0.1
-    done
+    wait_gone 100 && return 0
     log "$comm ${left[*]} ignored SIGTERM for 10 s: SIGKILL"
     kill -KILL "${left[@]}" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        left=()
-        for pid in "${live[@]}"; do
-            if pid_alive "$pid" "$comm"; then left+=("$pid"); fi
-        done
-        [ ${#left[@]} -eq 0 ] && return 0
-        sleep 0.1
-    done
+    wait_gone 50 && return 0
     log "$comm ${left[*]} survived SIGKILL"
     return 1
 }
