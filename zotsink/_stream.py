@@ -1,38 +1,54 @@
 """Streaming records from a pipe into OUT: ``producer | zotsink out.tsv``.
 
-Lines are read in large chunks and appended in batches (``batch_bytes``, or when the oldest
-buffered line is ``flush_interval`` old, or at end of input). Refused lines go to
-``OUT.rejects``; a batch that cannot be appended goes to a spill file.
+Input is read into one reused buffer (:class:`~zotsink._core.pump.LineReader`, which also
+enlarges the pipe) and appended in batches of whole lines: when a batch reaches
+``batch_bytes``, when its oldest line is ``flush_interval`` old, and at the end. Lines that
+pass through unchanged (no ``--stamp``, no ``--kv``) wait in the read buffer itself and are
+checked and written from it, so plain streaming copies nothing in Python; lines that are
+rewritten (stamped, or key:value input) are encoded as they arrive, so that a stamp's time
+is the time its line was read, and wait in a :class:`Batch`.
 
+Refused lines go to ``OUT.rejects``; a batch that cannot be appended goes to a spill file.
 Stopping on a signal never loses what was read: the handler only notes the signal and wakes
-the ``select`` through a wakeup pipe; the loop then writes (or spills) everything it holds.
-Nothing is raised from a signal handler, so no chunk can be dropped between a ``read`` and
-the line that keeps it.
+the ``poll`` through a wakeup pipe; the loop then writes (or spills) everything it holds.
+Every wait of the loop (for input, for the lock) looks at the stop flag and the batch's age,
+and any unexpected error after reading began saves what was held to a spill file first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import select
 import time
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from ._append import make_encoder
+from ._blocks import BlockEncoder, LongLine
 from ._core import sidefiles
-from ._core.records import MAX_LINE, Encoder, format_for, parse_kv
-from ._core.stamp import utc_now
+from ._core.batch import Batch
+from ._core.pump import LineReader
+from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer
-from ._signals import Stopper
-from .errors import HeaderMismatch, LockError, LockTimeout, RecordError, UsageError, WriteError
+from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
+from .errors import HeaderMismatch, LockError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
 
-__all__ = ["StreamReport", "append_stream"]
+__all__ = ["StreamReport", "append_stream", "check_not_out", "check_options"]
 
-#: Longest wait for the lock once a stop signal came: then the rest is spilled.
-STOP_LOCK_TIMEOUT: Final = 5.0
-#: While a batch waits for the lock, how often the wait looks for a stop signal (seconds).
-_STOP_CHECK: Final = 1.0
-_READ_SIZE: Final = 1 << 17
+#: Default batch size. Larger batches were measured to gain nothing once the pipe is
+#: enlarged (one lock hold per 64 KiB is cheap next to the copying), and a smaller batch
+#: loses less to a SIGKILL and lets a full disk cut a stream between batches.
+BATCH_BYTES: Final = 65536
+#: The largest values the engine takes (the CLI refuses larger ones with the same limits):
+#: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
+MAX_BATCH_BYTES: Final = 1 << 30
+MAX_FLUSH_INTERVAL: Final = 1e6
+MAX_TIMEOUT: Final = 1e7
+#: Reason given for an unterminated line cut off by a stop signal.
+INCOMPLETE: Final = "incomplete at stop"
 
 
 class StreamReport(NamedTuple):
@@ -46,63 +62,41 @@ class StreamReport(NamedTuple):
     signal: int | None  # the stop signal, if one came
     lock_wait: float  # seconds spent waiting for the lock
     error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
+    unterminated: bool = False  # the input ended without a newline: one was added
 
 
-class _Batcher:
-    """Turns chunks of input into encoded batches; refused lines are set aside."""
-
-    def __init__(self, encoder: Encoder, kv: str | None, stamp_time: bool) -> None:
-        self.enc = encoder
-        self.kv = kv
-        self.stamp_time = stamp_time
-        self.rejects: list[tuple[str, bytes]] = []
-        self.line_no = 0
-        # Plain pass-through needs no per-line work unless a NUL byte shows up.
-        self.plain = (
-            kv is None and not encoder.stamp and (encoder.columns is None or encoder.fmt == "lines")
+def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
+    """Refuse option values that cannot work, before anything is read (UsageError)."""
+    if kv is not None and kv not in (":", "="):
+        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
+    for name, value, most in (
+        ("--timeout", timeout, MAX_TIMEOUT),
+        ("--flush-interval", flush_interval, MAX_FLUSH_INTERVAL),
+    ):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= most):
+            raise UsageError(
+                f"{name} must be a number of seconds from 0 to {most:g}, not {value!r}"
+            )
+    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int):
+        raise UsageError(f"--batch-bytes must be a whole number of bytes, not {batch_bytes!r}")
+    if not 1 <= batch_bytes <= MAX_BATCH_BYTES:
+        raise UsageError(
+            f"--batch-bytes must be between 1 and {MAX_BATCH_BYTES}, not {batch_bytes}"
         )
 
-    def encode(self, block: bytes) -> tuple[bytes, int]:
-        """Encode a block of whole lines (ending in ``\\n``); returns bytes and record count."""
-        n = block.count(b"\n")
-        if self.plain and b"\0" not in block and len(block) <= MAX_LINE:
-            self.line_no += n
-            return block, n
-        now = utc_now() if self.stamp_time else None
-        prefix = self.enc.stamp_prefix(now) if self.enc.stamp and self.kv is None else b""
-        if (
-            prefix
-            and (self.enc.columns is None or self.enc.fmt == "lines")
-            and b"\0" not in block
-            and len(block) <= MAX_LINE
-        ):
-            # Nothing to check line by line: stamp the whole block with one C-speed replace
-            # (the same bytes as the loop below; --stamp streaming 0.26 -> 0.64 of plain).
-            self.line_no += n
-            return prefix + block[:-1].replace(b"\n", b"\n" + prefix) + b"\n", n
-        out: list[bytes] = []
-        good = 0
-        for line in block.split(b"\n")[:-1]:
-            self.line_no += 1
-            if self.kv is not None:
-                try:
-                    if b"\0" in line:
-                        raise RecordError("NUL byte")
-                    text = line.decode("utf-8", "surrogateescape").rstrip("\r")
-                    if not text.strip():
-                        continue  # a blank line is no record in key:value input
-                    out.append(self.enc.encode(parse_kv(text, self.kv), now))
-                    good += 1
-                except RecordError as e:
-                    self.rejects.append((f"line {self.line_no}: {e.message}", line))
-                continue
-            why = self.enc.check_raw(line)
-            if why:
-                self.rejects.append((f"line {self.line_no}: {why}", line))
-                continue
-            out.append(prefix + line + b"\n")
-            good += 1
-        return b"".join(out), good
+
+def check_not_out(infd: int, out: str) -> None:
+    """Refuse standard input that is OUT itself: every record read would be appended again
+    and read again, and OUT would grow until the disk is full."""
+    try:
+        a, b = os.fstat(infd), os.stat(out)
+    except OSError:
+        return  # no OUT yet (or no such input): they cannot be the same file
+    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+        raise UsageError(
+            f"standard input is {out} itself: its records would be appended to it again "
+            f"without end; read from a copy (cp {out} {out}.copy)"
+        )
 
 
 def append_stream(
@@ -117,7 +111,7 @@ def append_stream(
     lock: str = "auto",
     sync: str = "auto",
     timeout: float = 600.0,
-    batch_bytes: int = 65536,
+    batch_bytes: int = BATCH_BYTES,
     flush_interval: float = 1.0,
     whole: bool = False,
     stopper: Stopper | None = None,
@@ -125,252 +119,301 @@ def append_stream(
     """Append the lines read from ``infd`` until end of input (or a stop signal).
 
     With ``data`` (lines given at once, e.g. command-line arguments) ``infd`` is not read.
+    Option values are checked, and standard input compared with OUT, before anything is
+    read: :class:`UsageError`. After that, whatever goes wrong, every line read is in OUT,
+    in ``OUT.rejects`` or in a spill file named by the report or by the error raised.
     """
     out = os.fspath(path)
     fmt = format_for(out, format)
-    if kv is not None and kv not in (":", "="):
-        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
-    if batch_bytes <= 0 or flush_interval < 0:
-        raise UsageError("--batch-bytes must be positive and --flush-interval not negative")
+    check_options(timeout, batch_bytes, flush_interval, kv)
+    if data is None:
+        assert infd is not None
+        check_not_out(infd, out)
     enc = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
-    if not timeout >= 0:
-        raise UsageError(f"--timeout must be a number of seconds >= 0, not {timeout!r}")
     writer = Writer(out, lock=lock, sync=sync, header=enc.header_line())
-    batcher = _Batcher(enc, kv, "time" in enc.stamp)
-    st = _State()
+    eng = _Engine(writer, enc, kv, timeout, batch_bytes, flush_interval, whole, stopper)
     try:
         if data is not None:
-            if data and not data.endswith(b"\n"):
-                data += b"\n"
-            _take(batcher, st, data, writer)
-            _flush(writer, st, timeout)
-            if batcher.rejects:
-                _write_rejects(writer, batcher, st, timeout)
+            eng.take_data(data)
         else:
             assert infd is not None
-            _pump(infd, writer, batcher, st, batch_bytes, flush_interval, whole, stopper, timeout)
+            eng.pump(LineReader(infd, MAX_LINE))
+    except BaseException as e:
+        eng.rescue(e)  # saves what was read; raises what the caller should see
     finally:
         writer.close()
     return StreamReport(
-        records=st.records,
-        rejected=st.rejected,
-        spilled=st.spilled,
-        spill_paths=tuple(st.spills),
-        rejects_path=(st.rejects_file or sidefiles.rejects_path(out)) if st.rejected else None,
-        signal=stopper.signum if stopper else None,
+        records=eng.records,
+        rejected=eng.rejected,
+        spilled=eng.spilled,
+        spill_paths=tuple(eng.spills),
+        rejects_path=(eng.rejects_file or sidefiles.rejects_path(out)) if eng.rejected else None,
+        signal=eng.signum,
         lock_wait=writer.lock_wait,
-        error=st.error,
+        error=eng.error,
+        unterminated=eng.unterminated,
     )
 
 
-class _State:
-    def __init__(self) -> None:
-        self.buf: list[bytes] = []
-        self.size = 0
-        self.count = 0
-        self.oldest = 0.0
+class _Engine:
+    """The read loop and everything it holds: the buffer, the batch, refused lines."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        enc: Encoder,
+        kv: str | None,
+        timeout: float,
+        batch_bytes: int,
+        interval: float,
+        whole: bool,
+        stopper: Stopper | None,
+    ) -> None:
+        self.writer = writer
+        self.enc = enc
+        self.timeout = timeout
+        self.stopper = stopper
+        self.whole = whole
+        self.batch = Batch(batch_bytes, math.inf if whole else interval)
+        # Lines that pass through unchanged wait in the read buffer (no copy); stamped or
+        # key:value lines are encoded as they come, into self.batch.
+        self.raw = kv is None and not enc.stamp
+        self.blocks = BlockEncoder(enc, kv)
+        self.reader: LineReader | None = None
+        self.raw_since = 0.0  # when the oldest line waiting in the read buffer came
         self.records = self.rejected = self.spilled = 0
         self.spills: list[str] = []
-        self.rejects_file: str | None = None  # where refused lines went, when not OUT.rejects
+        self.rejects_file: str | None = None
         self.error: Exception | None = None
+        self.signum: int | None = None
+        self.unterminated = False
+        self.long: LongLine | None = None
 
+    # -- the loop --------------------------------------------------------------------
+    def take_data(self, data: bytes) -> None:
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        self._add(self._encode(data))
+        self.flush()
 
-def _pump(
-    infd: int,
-    writer: Writer,
-    batcher: _Batcher,
-    st: _State,
-    batch_bytes: int,
-    interval: float,
-    whole: bool,
-    stopper: Stopper | None,
-    timeout: float,
-) -> None:
-    out = writer.path
-    # The unfinished last line. A bytearray grows in place: a long line arriving in many
-    # chunks is not copied again for each one (that was quadratic: a 100 MB line took 2 s
-    # and 48 MiB where it now takes 0.3 s and 31 MiB).
-    pending = bytearray()
-    poller = select.poll()
-    poller.register(infd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    if stopper is not None:
-        poller.register(stopper.wakeup_fd, select.POLLIN)
-    eof = False
-    while not eof:
-        if stopper is not None and stopper.signum is not None:
-            break
-        wait_ms = None
-        if st.buf and not whole:
-            wait_ms = max(0, int((st.oldest + interval - time.monotonic()) * 1000) + 1)
-        events = dict(poller.poll(wait_ms))
-        if stopper is not None and (stopper.signum is not None or stopper.wakeup_fd in events):
-            break
-        if infd in events:
-            chunk = os.read(infd, _READ_SIZE)
-            if not chunk:
-                eof = True
+    def pump(self, reader: LineReader) -> None:
+        self.reader = reader
+        poller = select.poll()
+        poller.register(reader.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        wake = self.stopper.wakeup_fd if self.stopper is not None else -1
+        if wake >= 0:
+            poller.register(wake, select.POLLIN)
+        while not self._stopped():
+            wait = self._wait()
+            ms = None if wait is None else int(wait * 1000) + 1
+            events = dict(poller.poll(ms))
+            if self._stopped():
+                break
+            if reader.fd in events:
+                if not reader.fill():
+                    break  # end of input
+                self._after_read(reader)
+            if self._due():
+                self.flush()
+        self._finish(reader)
+
+    def _stopped(self) -> bool:
+        if self.stopper is not None and self.stopper.signum is not None:
+            self.signum = self.stopper.signum
+            return True
+        return False
+
+    def _wait(self) -> float | None:
+        """Seconds until the oldest line held is due, None when nothing is held."""
+        if self.whole:
+            return None
+        wait = self.batch.wait()
+        r = self.reader
+        if r is not None and r.cut > r.start:
+            raw = max(0.0, self.raw_since + self.batch.max_age - time.monotonic())
+            wait = raw if wait is None else min(wait, raw)
+        return wait
+
+    def _due(self) -> bool:
+        if self.whole:
+            return False
+        r = self.reader
+        if r is not None and r.cut > r.start:
+            if r.cut - r.start + self.batch.size >= self.batch.max_bytes:
+                return True
+            if time.monotonic() - self.raw_since >= self.batch.max_age:
+                return True
+        return self.batch.due()
+
+    def _after_read(self, r: LineReader) -> None:
+        if r.piece and self.long is not None:
+            self.long.add(r.piece)
+        if r.drained and self.long is not None:
+            self._long_done(f"over the {MAX_LINE}-byte line limit")
+        self._take_ready(r)
+        if r.overlong:
+            # Lines before the long one are numbered first, then the long one goes out of
+            # the buffer, to a temporary file, as it comes: memory stays flat and every
+            # wait still looks at the stop flag and the batch's age.
+            self.flush()
+            self.blocks.line_no += 1
+            self.long = LongLine(self.writer.path, self.blocks.line_no)
+            with r.drain_tail() as head:
+                self.long.add(head)
+
+    def _take_ready(self, r: LineReader) -> None:
+        """New whole lines: encoded now when they are rewritten, else left in the buffer."""
+        if r.cut > r.start:
+            if not self.raw:
+                block = bytes(r.view(r.start, r.cut))
+                r.release(r.cut)
+                self._add(self._encode(block))
+            elif not self.raw_since:
+                self.raw_since = time.monotonic()
+
+    def _finish(self, r: LineReader) -> None:
+        stopping = self.signum is not None
+        if self.long is not None:
+            why = f"over the {MAX_LINE}-byte line limit"
+            self._long_done(f"{INCOMPLETE} ({why})" if stopping else why)
+        if r.end > r.cut:
+            if stopping:
+                # A producer stopped mid-line: the part is not a record. OUT.rejects keeps it.
+                self.flush(stopping)
+                self.blocks.line_no += 1
+                self.blocks.rejects.append(
+                    (f"line {self.blocks.line_no}: {INCOMPLETE}", r.take_tail())
+                )
             else:
-                nl = chunk.rfind(b"\n")
-                if nl < 0:
-                    pending += chunk
-                else:
-                    data = bytes(pending) + chunk[: nl + 1] if pending else chunk[: nl + 1]
-                    pending = bytearray(chunk[nl + 1 :])
-                    _take(batcher, st, data, writer)
-                if len(pending) > MAX_LINE:
-                    rest = _reject_overlong(infd, out, batcher, st, pending, timeout)
-                    # What followed the long line may hold whole lines: taken now, or the
-                    # final-newline rule below would add an empty record after them.
-                    nl = rest.rfind(b"\n")
-                    if nl >= 0:
-                        _take(batcher, st, rest[: nl + 1], writer)
-                    pending = bytearray(rest[nl + 1 :])
-        if (
-            st.buf
-            and not whole
-            and (st.size >= batch_bytes or time.monotonic() - st.oldest >= interval)
-        ):
-            _flush(writer, st, timeout, stopper)
-    if pending:
-        _take(batcher, st, bytes(pending) + b"\n", writer)  # a missing final newline is added
-    stopping = stopper is not None and stopper.signum is not None
-    if stopping:
-        timeout = min(timeout, STOP_LOCK_TIMEOUT)
-    _flush(writer, st, timeout)
-    if batcher.rejects:
-        _write_rejects(writer, batcher, st, timeout)
+                # Many producers omit the last newline: the line is a record; say so.
+                self.unterminated = True
+                r.terminate()
+                self._take_ready(r)
+        self.flush(stopping)
 
+    # -- batches -------------------------------------------------------------------------
+    def _add(self, encoded: tuple[bytes, int]) -> None:
+        data, n = encoded
+        if n:
+            self.batch.add(data, n)
 
-def _take(batcher: _Batcher, st: _State, block: bytes, writer: Writer) -> None:
-    data, n = batcher.encode(block)
-    if writer.header is None and batcher.enc.columns is not None:
-        writer.set_header(batcher.enc.header_line())  # the first key:value line named them
-    if n:
-        if not st.buf:
-            st.oldest = time.monotonic()
-        st.buf.append(data)
-        st.size += len(data)
-        st.count += n
+    def flush(self, stopping: bool = False) -> None:
+        """Append everything held (read buffer first, then the batch), and refused lines."""
+        r = self.reader
+        if r is not None and r.cut > r.start:
+            with r.view(r.start, r.cut) as view:
+                data, n = self._encode(view, r.buf, r.start)
+                self._append(data, n, stopping)
+                del data
+            r.release(r.cut)
+            self.raw_since = 0.0
+        if self.batch:
+            data, n = self.batch.take()
+            self._append(data, n, stopping)
+        if self.blocks.rejects:
+            items, self.blocks.rejects = self.blocks.rejects, []
+            self._reject(items, stopping)
 
-
-def _flush(writer: Writer, st: _State, timeout: float, stopper: Stopper | None = None) -> None:
-    if not st.buf:
-        return
-    data, n = b"".join(st.buf), st.count
-    st.buf, st.size, st.count = [], 0, 0
-    try:
-        _append_until_stopped(writer, data, timeout, stopper)
-        st.records += n
-    except (LockError, WriteError) as e:  # LockTimeout is a LockError
-        st.spilled += n
-        if e.spill_path and e.spill_path not in st.spills:
-            st.spills.append(e.spill_path)
-        st.error = st.error or e
-        if e.spill_path is None:
-            raise  # saved nowhere: the caller must say so loudly
-    except HeaderMismatch as e:
-        # Nothing was written to OUT; the records went to OUT.rejects.
-        st.rejects_file = e.spill_path
-        st.rejected += n
-        st.error = st.error or e
-
-
-def _append_until_stopped(
-    writer: Writer, data: bytes, timeout: float, stopper: Stopper | None
-) -> None:
-    """Append ``data`` waiting up to ``timeout`` for the lock, cut short by a stop.
-
-    A batch may be waiting for a lock held elsewhere when the walltime signal comes, and
-    the scheduler's SIGKILL follows within seconds: so the wait runs in slices that look at
-    the stopper, and ends :data:`STOP_LOCK_TIMEOUT` after a stop was seen. A slice that
-    merely timed out has lost nothing; only the end of the whole wait spills.
-    """
-    start = now = time.monotonic()
-    deadline = start + timeout
-    slices = 0
-    while True:
-        if stopper is not None and stopper.signum is not None:
-            deadline = min(deadline, now + STOP_LOCK_TIMEOUT)
-            stopper = None  # seen: from now on one last wait up to the deadline
-        left = max(0.0, deadline - now)
-        if stopper is None or left <= _STOP_CHECK:
-            break
-        try:
-            writer.append(data, timeout=_STOP_CHECK)
+    def _append(self, data: bytes | memoryview, n: int, stopping: bool) -> None:
+        if not n:
             return
-        except LockTimeout:
-            writer.lock_wait += time.monotonic() - now
-            slices += 1
-            now = time.monotonic()
+        w = self.writer
+        timeout = min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
+        try:
+            append_until_stopped(w, data, timeout, None if stopping else self.stopper)
+            self.records += n
+        except (LockError, WriteError) as e:  # LockTimeout is a LockError
+            self.spilled += n
+            if e.spill_path and e.spill_path not in self.spills:
+                self.spills.append(e.spill_path)
+            self.error = self.error or e
+            if e.spill_path is None:
+                raise  # saved nowhere: the caller must say so loudly
+        except HeaderMismatch as e:
+            # Nothing was written to OUT; the records went to OUT.rejects.
+            self.rejects_file = e.spill_path
+            self.rejected += n
+            self.error = self.error or e
+
+    def _reject(self, items: list[tuple[str, bytes]], stopping: bool) -> None:
+        """Append refused lines to OUT.rejects (or, if that fails, to its spill file)."""
+        w = self.writer
+        timeout = min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
+        try:
+            self.rejects_file = sidefiles.reject(
+                w.path, items, lock=w.locker.requested, timeout=timeout
+            )
         except (LockError, WriteError) as e:
-            sidefiles.save(writer, e, data)
-            raise
-        except HeaderMismatch:
-            break  # the last call below sends the batch to OUT.rejects and says so
-    try:
-        sidefiles.append_or_save(writer, data, left)
-    except LockTimeout as e:
-        if not slices:
-            raise
-        # the message gives the whole wait, not the last slice's
-        waited = round(time.monotonic() - start, 1)
-        err = LockTimeout(
-            f"{writer.path}: the lock was still held by another writer after {waited:g} s",
-            path=writer.path,
-            spill_path=e.spill_path,
+            if e.spill_path is None:
+                raise  # saved nowhere: the caller must say so loudly
+            self.rejects_file = e.spill_path
+            self.error = self.error or e
+        self.rejected += len(items)
+
+    def _long_done(self, why: str) -> None:
+        long, self.long = self.long, None
+        assert long is not None
+        long.finish(
+            f"line {long.line_no}: {why}", lock=self.writer.locker.requested, timeout=self.timeout
         )
-        err.message += f"; the records were saved to {e.spill_path}"
-        raise err from None
+        self.rejected += 1
 
+    def _encode(
+        self, block: bytes | memoryview, buf: bytearray | None = None, at: int = 0
+    ) -> tuple[bytes | memoryview, int]:
+        encoded = self.blocks.encode(block, buf, at)
+        if self.writer.header is None and self.enc.columns is not None:
+            self.writer.set_header(self.enc.header_line())  # the first key:value line named them
+        return encoded
 
-def _reject(writer: Writer, items: list[tuple[str, bytes]], st: _State, timeout: float) -> None:
-    """Append refused lines to OUT.rejects (or, if that fails, to its spill file)."""
-    try:
-        st.rejects_file = sidefiles.reject(
-            writer.path, items, lock=writer.locker.requested, timeout=timeout
-        )
-    except (LockError, WriteError) as e:
-        if e.spill_path is None:
-            raise  # saved nowhere: the caller must say so loudly
-        st.rejects_file = e.spill_path
-        st.error = st.error or e
+    # -- the last resort -----------------------------------------------------------------
+    def rescue(self, e: BaseException) -> None:
+        """An error escaped the loop: save everything held, then raise.
 
-
-def _write_rejects(writer: Writer, batcher: _Batcher, st: _State, timeout: float) -> None:
-    _reject(writer, batcher.rejects, st, timeout)
-    st.rejected += len(batcher.rejects)
-    batcher.rejects = []
-
-
-def _reject_overlong(
-    infd: int, out: str, batcher: _Batcher, st: _State, head: bytes | bytearray, timeout: float
-) -> bytes:
-    """Stream a line over MAX_LINE to OUT.rejects whole, holding only one chunk at a time.
-
-    Returns what followed the line's newline in the last chunk read.
-    """
-    batcher.line_no += 1
-    line_no = batcher.line_no
-    rest = b""
-
-    def chunks() -> Iterator[bytes]:
-        nonlocal rest
-        yield f"line {line_no}: over the {MAX_LINE}-byte line limit\t".encode()
-        yield head
-        while True:
-            chunk = os.read(infd, _READ_SIZE)
-            if not chunk:
-                break
-            nl = chunk.find(b"\n")
-            if nl >= 0:
-                yield chunk[:nl]
-                rest = chunk[nl + 1 :]
-                break
-            yield chunk
-        yield b"\n"
-
-    # Like every side file: permissions no wider than OUT's (see sidefiles.reject).
-    with sidefiles.rejects_writer(out) as w:
-        w.append_chunks(chunks(), timeout=timeout)
-    st.rejected += 1
-    return rest
+        A ZotsinkError that named where its records went is raised as it is. Anything else
+        (a bug, an I/O error on the input, an interrupt without a stopper) must not take
+        what was read with it: the held lines go to a spill file, and the error raised
+        says where.
+        """
+        held: list[bytes] = []
+        n = 0
+        if self.batch:
+            data, count = self.batch.take()
+            held.append(bytes(data))
+            n += count
+        r = self.reader
+        if r is not None and r.end > r.start:
+            raw = bytes(r.view(r.start, r.end))
+            r.release(r.end)
+            r.cut = r.end = r.start
+            held.append(raw if raw.endswith(b"\n") else raw + b"\n")
+            n += raw.count(b"\n") + (not raw.endswith(b"\n"))
+        out = self.writer.path
+        saved = ""
+        if held:
+            note = WriteError(f"{out}: records held when the stream stopped", path=out)
+            try:
+                sidefiles.save(self.writer, note, b"".join(held))
+                saved = (
+                    f"; the {n} records read and not yet written were saved to {note.spill_path}"
+                )
+            except ZotsinkError as se:
+                saved = f"; the {n} records read and not yet written were lost: {se.message}"
+        with contextlib.suppress(ZotsinkError):  # the error below is what the caller must see
+            if self.long is not None:
+                self._long_done(f"{INCOMPLETE} (the stream stopped on an error)")
+            if self.blocks.rejects:
+                self._reject(self.blocks.rejects, stopping=True)
+        if not isinstance(e, Exception):
+            if saved:  # an interrupt goes on as it came, but not in silence
+                msg = f"{out}: stopped by {type(e).__name__}{saved}"
+                warnings.warn(ZotsinkWarning(msg), stacklevel=3)
+            raise e
+        if isinstance(e, ZotsinkError):
+            e.message += saved
+            raise e
+        raise WriteError(
+            f"{out}: the stream stopped on an unexpected error ({type(e).__name__}: {e}){saved}",
+            path=out,
+            spill_path=note.spill_path if held else None,
+        ) from e

@@ -52,9 +52,7 @@ def feed(data: bytes) -> tuple[int, int]:
 
 
 def start(args: list[str], stdin: int, env: dict[str, str], reap) -> subprocess.Popen:
-    proc = reap(
-        subprocess.Popen([*ZOTSINK, *args], stdin=stdin, stderr=subprocess.PIPE, env=env)
-    )
+    proc = reap(subprocess.Popen([*ZOTSINK, *args], stdin=stdin, stderr=subprocess.PIPE, env=env))
     os.close(stdin)
     return proc
 
@@ -88,7 +86,7 @@ def test_bad_numeric_option_exits_2_before_reading(
         assert unread(w) == len(data)  # not a byte was taken from the producer
     finally:
         os.close(w)
-    assert err.startswith(f"zotsink: error: {option} must be"), err
+    assert f"Invalid value for '{option}'" in err, err
     assert "Traceback" not in err
     assert not out.exists()
 
@@ -156,9 +154,7 @@ def test_sigterm_during_an_over_long_line_flushes_earlier_records_and_stops(
     writer = threading.Thread(target=produce)
     writer.start()
     try:
-        wait_for(
-            lambda: out.exists() and out.read_bytes() == b"first\n", proc, "flushed 'first'"
-        )
+        wait_for(lambda: out.exists() and out.read_bytes() == b"first\n", proc, "flushed 'first'")
         writer.join()
         wait_for(lambda: unread(w) == 0, proc, "read the long line's head")
         proc.send_signal(signal.SIGTERM)
@@ -219,17 +215,13 @@ def test_missing_final_newline_at_eof_is_a_record_with_a_note(tmp_path: Path, zo
 
 
 # -- key:value input whose key clashes with a --stamp field ----------------------------
-def test_kv_key_that_is_a_stamp_field_is_rejected_with_a_reason(
-    tmp_path: Path, zotsink
-) -> None:
+def test_kv_key_that_is_a_stamp_field_is_rejected_with_a_reason(tmp_path: Path, zotsink) -> None:
     out = tmp_path / "out.tsv"
     data = b"name:a v:1\nhost:h9 name:b v:2\nname:c v:3\n"
     r = zotsink("--kv", "--stamp", "host", out, input=data)
     assert r.returncode == 1, r.stderr
     host = os.uname().nodename.encode()
-    assert out.read_bytes() == (
-        b"host\tname\tv\n" + host + b"\ta\t1\n" + host + b"\tc\t3\n"
-    )
+    assert out.read_bytes() == (b"host\tname\tv\n" + host + b"\ta\t1\n" + host + b"\tc\t3\n")
     assert (tmp_path / "out.tsv.rejects").read_bytes() == (
         b"line 2: key 'host' is also a --stamp field: rename the key or leave 'host' out "
         b"of --stamp\thost:h9 name:b v:2\n"

@@ -144,6 +144,8 @@ def _report(out: str, r: object) -> int:
             f"run `{cmd}` when the cause is fixed",
             err=True,
         )
+    if r.unterminated:
+        say("note: the input did not end with a newline; one was added")
     say(f"{r.records} records appended to {out} (lock wait {r.lock_wait:.3f} s)", level=1)
     if r.signal is not None:
         import signal as _signal

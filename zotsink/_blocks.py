@@ -1,0 +1,170 @@
+"""Blocks of whole input lines turned into the bytes to append, checked a block at a time.
+
+The stream engine hands over every line it reads in blocks (up to a pipe's worth, or a
+whole batch). Checking them one at a time in Python costs several times what ``cat``
+spends on the same bytes, so each block is first checked whole with C-speed scans: a NUL
+byte is one ``find`` (``memchr``); the field count of tsv and unquoted csv lines is one
+``translate`` that keeps only separators and newlines, which must then read
+``sep * (k-1) + "\\n"`` once per line. Only a block that fails a scan is looked at line by
+line, with the one valid-line check (:meth:`Encoder.check_raw`), to say which lines are
+refused and why. Both paths give the same bytes and the same refusals.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import IO, Final
+
+from ._core import sidefiles
+from ._core.records import MAX_LINE, Encoder, parse_kv
+from ._core.stamp import utc_now
+from .errors import RecordError, UsageError
+
+__all__ = ["BlockEncoder", "LongLine"]
+
+#: Bytes that a field-count scan deletes: all but the separator and the newline.
+_NOT_TAB_NL: Final = bytes(b for b in range(256) if b not in b"\t\n")
+_NOT_COMMA_NL: Final = bytes(b for b in range(256) if b not in b",\n")
+
+
+class BlockEncoder:
+    """Encodes blocks of lines for one OUT; refused lines wait in :attr:`rejects`."""
+
+    def __init__(self, enc: Encoder, kv: str | None) -> None:
+        self.enc = enc
+        self.kv = kv
+        self.check = enc.columns is not None and enc.fmt != "lines"
+        self.stamp_time = "time" in enc.stamp
+        self.line_no = 0  # lines seen so far: refusals are named by line number
+        self.rejects: list[tuple[str, bytes]] = []
+
+    def encode(
+        self, block: bytes | memoryview, buf: bytearray | None = None, at: int = 0
+    ) -> tuple[bytes | memoryview, int]:
+        """A block of whole lines as the bytes to append, and their count; refused lines
+        are set aside in self.rejects. ``buf``/``at``: where the block lies in the read
+        buffer, so that searching it copies nothing."""
+        src = buf if buf is not None else block
+        end = at + len(block)
+        # The read buffer never holds a whole line over the limit (see LineReader.fill).
+        if (
+            self.kv is None
+            and src.find(b"\0", at, end) < 0
+            and (buf is not None or len(block) <= MAX_LINE + 1)
+        ):
+            # No line can be refused for a NUL byte or its length: only the field count
+            # is left to check, a whole block at a time.
+            n = self._fast_count(src, at, end)
+            if n >= 0:
+                self.line_no += n
+                if not self.enc.stamp:
+                    return block, n
+                prefix = self.enc.stamp_prefix(utc_now() if self.stamp_time else None)
+                b = bytes(block)
+                # One C-speed replace stamps every line: the same bytes as line by line.
+                return prefix + b[:-1].replace(b"\n", b"\n" + prefix) + b"\n", n
+        return self._encode_lines(bytes(block))
+
+    def _fast_count(self, src: bytes | bytearray | memoryview, at: int, end: int) -> int:
+        """The block's line count when every line has the header's field count (or no
+        check applies); -1 when some line may not: then each line is checked."""
+        if not self.check:
+            return src.count(b"\n", at, end)
+        cols = self.enc.columns
+        assert cols is not None
+        if self.enc.fmt == "csv":
+            if (
+                src.find(b'"', at, end) >= 0
+                or src.find(b"\r", at, end) >= 0
+                or src.find(b"\n\n", at, end) >= 0
+                or src[at : at + 1] == b"\n"
+            ):
+                return -1  # quotes, CRs, empty lines (no field at all): the csv module says
+            keep, sep = _NOT_COMMA_NL, b","
+        else:
+            keep, sep = _NOT_TAB_NL, b"\t"
+        # Delete every byte but separators and newlines: a good block leaves exactly
+        # ("sep" * (k-1) + "\n") once per line.
+        marks = src[at:end].translate(None, keep)
+        k = len(cols)
+        n = len(marks) // k
+        if len(marks) == n * k and marks == (sep * (k - 1) + b"\n") * n:
+            return n
+        return -1
+
+    def _encode_lines(self, block: bytes) -> tuple[bytes, int]:
+        """Line by line: the slow path, for blocks holding a line that may be refused."""
+        now = utc_now() if self.stamp_time else None
+        enc = self.enc
+        prefix = enc.stamp_prefix(now) if enc.stamp and self.kv is None else b""
+        out: list[bytes] = []
+        for line in block.split(b"\n")[:-1]:
+            self.line_no += 1
+            if self.kv is not None:
+                try:
+                    if b"\0" in line:
+                        raise RecordError("NUL byte")
+                    text = line.decode("utf-8", "surrogateescape").rstrip("\r")
+                    if not text.strip():
+                        continue  # a blank line is no record in key:value input
+                    rec = parse_kv(text, self.kv)
+                    clash = [k for k in rec if k in enc.stamp]
+                    if clash:
+                        raise RecordError(
+                            f"key {clash[0]!r} is also a --stamp field: rename the key "
+                            f"or leave {clash[0]!r} out of --stamp"
+                        )
+                    out.append(enc.encode(rec, now))  # the first one may name the columns
+                except (RecordError, UsageError) as e:
+                    self.rejects.append((f"line {self.line_no}: {e.message}", line))
+                continue
+            why = enc.check_raw(line)
+            if why:
+                self.rejects.append((f"line {self.line_no}: {why}", line))
+                continue
+            out.append(prefix + line + b"\n")
+        return b"".join(out), len(out)
+
+
+class LongLine:
+    """A line over the limit, kept in a temporary file until its end, then refused whole."""
+
+    def __init__(self, out: str, line_no: int) -> None:
+        import tempfile
+
+        self.out = out
+        self.line_no = line_no
+        try:  # beside OUT: node-local /tmp may be far smaller than a line can be
+            # Closed by finish(), which every path that creates one reaches.
+            self.tmp: IO[bytes] = tempfile.TemporaryFile(dir=os.path.dirname(out) or ".")  # noqa: SIM115
+        except OSError:
+            self.tmp = tempfile.TemporaryFile()  # noqa: SIM115
+
+    def add(self, piece: bytes | memoryview) -> None:
+        self.tmp.write(piece)
+
+    def finish(self, reason: str, *, lock: str, timeout: float) -> None:
+        """Append ``reason<TAB>line`` to OUT.rejects as one record, under one lock hold.
+
+        Read back from the temporary file, not from the producer: the lock is held only as
+        long as a local copy takes.
+        """
+        tmp = self.tmp
+        tmp.flush()
+        tmp.seek(0)
+
+        def chunks() -> Iterator[bytes]:
+            yield reason.encode() + b"\t"
+            while True:
+                piece = tmp.read(1 << 20)
+                if not piece:
+                    break
+                yield piece
+            yield b"\n"
+
+        try:
+            with sidefiles.rejects_writer(self.out, lock=lock) as w:
+                w.append_chunks(chunks(), timeout=timeout)
+        finally:
+            tmp.close()
