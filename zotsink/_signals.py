@@ -65,7 +65,7 @@ class Stopper:
 
 
 def append_until_stopped(
-    writer: Writer, data: bytes | memoryview, timeout: float, stopper: Stopper | None
+    writer: Writer, data: bytes, timeout: float, stopper: Stopper | None
 ) -> None:
     """Append ``data`` waiting up to ``timeout`` for the lock, cut short by a stop.
 
@@ -75,9 +75,6 @@ def append_until_stopped(
     merely timed out has lost nothing; only the end of the whole wait spills (or, on a
     header mismatch, sends the batch to OUT.rejects), through
     :func:`~zotsink._core.sidefiles.append_or_save`.
-
-    ``data`` may be a view of the stream's read buffer: it is written as one chunk, not
-    copied (a copy is made only on the way to a side file).
     """
     start = now = time.monotonic()
     deadline = start + timeout
@@ -90,19 +87,19 @@ def append_until_stopped(
         if left <= _STOP_CHECK:
             break
         try:
-            writer.append(_chunk(data), timeout=_STOP_CHECK)  # type: ignore[arg-type]
+            writer.append(data, timeout=_STOP_CHECK)
             return
         except LockTimeout:
             writer.lock_wait += time.monotonic() - now
             slices += 1
             now = time.monotonic()
         except (LockError, WriteError) as e:
-            sidefiles.save(writer, e, bytes(data))
+            sidefiles.save(writer, e, data)
             raise
         except HeaderMismatch:
             break  # the last call below sends the batch to OUT.rejects and says so
     try:
-        sidefiles.append_or_save(writer, bytes(data), left)
+        sidefiles.append_or_save(writer, data, left)
     except LockTimeout as e:
         if not slices:
             raise
@@ -115,9 +112,3 @@ def append_until_stopped(
         )
         err.message += f"; the records were saved to {e.spill_path}"
         raise err from None
-
-
-def _chunk(data: bytes | memoryview) -> object:
-    # Writer.append takes bytes, or an iterator of chunks that it writes in turn: a view
-    # goes as a one-chunk iterator, so that it is written in place.
-    return iter((data,)) if isinstance(data, memoryview) else data

@@ -3,16 +3,12 @@
 Input is read into one reused buffer (:class:`~zotsink._core.pump.LineReader`, which also
 enlarges the pipe) and appended in batches of whole lines: when a batch reaches
 ``batch_bytes``, when its oldest line is ``flush_interval`` old, and at the end. Lines that
-pass through unchanged (no ``--stamp``, no ``--kv``) wait in the read buffer itself and are
-checked and written from it, so plain streaming copies nothing in Python; lines that are
-rewritten (stamped, or key:value input) are encoded as they arrive, so that a stamp's time
-is the time its line was read, and wait in a :class:`Batch`.
-
-Refused lines go to ``OUT.rejects``; a batch that cannot be appended goes to a spill file.
-Stopping on a signal never loses what was read: the handler only notes the signal and wakes
-the ``poll`` through a wakeup pipe; the loop then writes (or spills) everything it holds.
-Every wait of the loop (for input, for the lock) looks at the stop flag and the batch's age,
-and any unexpected error after reading began saves what was held to a spill file first.
+pass through unchanged wait in the read buffer itself and are checked and written from it
+(no copy in Python); stamped or key:value lines are encoded as they arrive (a stamp's time
+is when its line was read) and wait in a :class:`Batch`. Refused lines go to
+``OUT.rejects``, batches that cannot be appended to spill files. Every wait (for input, for
+the lock) looks at the stop flag and the batch's age; an unexpected error after reading
+began first saves what was held.
 """
 
 from __future__ import annotations
@@ -27,26 +23,20 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from ._append import make_encoder
-from ._blocks import BlockEncoder, LongLine
 from ._core import sidefiles
 from ._core.batch import Batch
 from ._core.pump import LineReader
 from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer
+from ._input import BlockEncoder, LongLine, check_not_out, check_options
 from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
-from .errors import HeaderMismatch, LockError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
+from .errors import HeaderMismatch, LockError, WriteError, ZotsinkError, ZotsinkWarning
 
-__all__ = ["StreamReport", "append_stream", "check_not_out", "check_options"]
+__all__ = ["StreamReport", "append_stream"]
 
-#: Default batch size. Larger batches were measured to gain nothing once the pipe is
-#: enlarged (one lock hold per 64 KiB is cheap next to the copying), and a smaller batch
-#: loses less to a SIGKILL and lets a full disk cut a stream between batches.
+#: Default batch size: 1 MiB batches measured no faster once the pipe is enlarged, and a
+#: smaller batch loses less to a SIGKILL and lets a full disk cut a stream between batches.
 BATCH_BYTES: Final = 65536
-#: The largest values the engine takes (the CLI refuses larger ones with the same limits):
-#: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
-MAX_BATCH_BYTES: Final = 1 << 30
-MAX_FLUSH_INTERVAL: Final = 1e6
-MAX_TIMEOUT: Final = 1e7
 #: Reason given for an unterminated line cut off by a stop signal.
 INCOMPLETE: Final = "incomplete at stop"
 
@@ -63,40 +53,6 @@ class StreamReport(NamedTuple):
     lock_wait: float  # seconds spent waiting for the lock
     error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
     unterminated: bool = False  # the input ended without a newline: one was added
-
-
-def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
-    """Refuse option values that cannot work, before anything is read (UsageError)."""
-    if kv is not None and kv not in (":", "="):
-        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
-    for name, value, most in (
-        ("--timeout", timeout, MAX_TIMEOUT),
-        ("--flush-interval", flush_interval, MAX_FLUSH_INTERVAL),
-    ):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= most):
-            raise UsageError(
-                f"{name} must be a number of seconds from 0 to {most:g}, not {value!r}"
-            )
-    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int):
-        raise UsageError(f"--batch-bytes must be a whole number of bytes, not {batch_bytes!r}")
-    if not 1 <= batch_bytes <= MAX_BATCH_BYTES:
-        raise UsageError(
-            f"--batch-bytes must be between 1 and {MAX_BATCH_BYTES}, not {batch_bytes}"
-        )
-
-
-def check_not_out(infd: int, out: str) -> None:
-    """Refuse standard input that is OUT itself: every record read would be appended again
-    and read again, and OUT would grow until the disk is full."""
-    try:
-        a, b = os.fstat(infd), os.stat(out)
-    except OSError:
-        return  # no OUT yet (or no such input): they cannot be the same file
-    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
-        raise UsageError(
-            f"standard input is {out} itself: its records would be appended to it again "
-            f"without end; read from a copy (cp {out} {out}.copy)"
-        )
 
 
 def append_stream(
@@ -175,9 +131,7 @@ class _Engine:
         self.stopper = stopper
         self.whole = whole
         self.batch = Batch(batch_bytes, math.inf if whole else interval)
-        # Lines that pass through unchanged wait in the read buffer (no copy); stamped or
-        # key:value lines are encoded as they come, into self.batch.
-        self.raw = kv is None and not enc.stamp
+        self.raw = kv is None and not enc.stamp  # lines pass through: they wait in the buffer
         self.blocks = BlockEncoder(enc, kv)
         self.reader: LineReader | None = None
         self.raw_since = 0.0  # when the oldest line waiting in the read buffer came
@@ -189,7 +143,6 @@ class _Engine:
         self.unterminated = False
         self.long: LongLine | None = None
 
-    # -- the loop --------------------------------------------------------------------
     def take_data(self, data: bytes) -> None:
         if data and not data.endswith(b"\n"):
             data += b"\n"
@@ -200,9 +153,8 @@ class _Engine:
         self.reader = reader
         poller = select.poll()
         poller.register(reader.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        wake = self.stopper.wakeup_fd if self.stopper is not None else -1
-        if wake >= 0:
-            poller.register(wake, select.POLLIN)
+        if self.stopper is not None:
+            poller.register(self.stopper.wakeup_fd, select.POLLIN)
         while not self._stopped():
             wait = self._wait()
             ms = None if wait is None else int(wait * 1000) + 1
@@ -218,10 +170,9 @@ class _Engine:
         self._finish(reader)
 
     def _stopped(self) -> bool:
-        if self.stopper is not None and self.stopper.signum is not None:
+        if self.stopper is not None:
             self.signum = self.stopper.signum
-            return True
-        return False
+        return self.signum is not None
 
     def _wait(self) -> float | None:
         """Seconds until the oldest line held is due, None when nothing is held."""
@@ -238,11 +189,10 @@ class _Engine:
         if self.whole:
             return False
         r = self.reader
-        if r is not None and r.cut > r.start:
-            if r.cut - r.start + self.batch.size >= self.batch.max_bytes:
-                return True
-            if time.monotonic() - self.raw_since >= self.batch.max_age:
-                return True
+        if r is not None and r.cut > r.start:  # lines waiting in the read buffer
+            size = r.cut - r.start + self.batch.size
+            age = time.monotonic() - self.raw_since
+            return size >= self.batch.max_bytes or age >= self.batch.max_age or self.batch.due()
         return self.batch.due()
 
     def _after_read(self, r: LineReader) -> None:
@@ -263,13 +213,25 @@ class _Engine:
 
     def _take_ready(self, r: LineReader) -> None:
         """New whole lines: encoded now when they are rewritten, else left in the buffer."""
-        if r.cut > r.start:
-            if not self.raw:
-                block = bytes(r.view(r.start, r.cut))
-                r.release(r.cut)
-                self._add(self._encode(block))
-            elif not self.raw_since:
+        if self.raw:
+            if r.cut > r.start and not self.raw_since:
                 self.raw_since = time.monotonic()
+            return
+        while r.cut > r.start:
+            stop = self._piece_end(r)
+            self._add(self._encode(bytes(r.view(r.start, stop))))
+            r.release(stop)
+            if not self.whole and self.batch.due():
+                self.flush()
+
+    def _piece_end(self, r: LineReader) -> int:
+        """Where the next batch of the read buffer's whole lines ends: one batch is about
+        ``batch_bytes`` (a read may bring more), or one line if that is longer."""
+        end = r.start + self.batch.max_bytes
+        if self.whole or end >= r.cut:
+            return r.cut
+        nl = r.buf.rfind(b"\n", r.start, end)
+        return (nl if nl >= 0 else r.buf.find(b"\n", end, r.cut)) + 1
 
     def _finish(self, r: LineReader) -> None:
         stopping = self.signum is not None
@@ -291,7 +253,6 @@ class _Engine:
                 self._take_ready(r)
         self.flush(stopping)
 
-    # -- batches -------------------------------------------------------------------------
     def _add(self, encoded: tuple[bytes, int]) -> None:
         data, n = encoded
         if n:
@@ -300,12 +261,13 @@ class _Engine:
     def flush(self, stopping: bool = False) -> None:
         """Append everything held (read buffer first, then the batch), and refused lines."""
         r = self.reader
-        if r is not None and r.cut > r.start:
-            with r.view(r.start, r.cut) as view:
+        while r is not None and r.cut > r.start:
+            stop = self._piece_end(r)
+            with r.view(r.start, stop) as view:
                 data, n = self._encode(view, r.buf, r.start)
-                self._append(data, n, stopping)
-                del data
-            r.release(r.cut)
+                data = bytes(data)  # Writer.append takes bytes (one write per batch)
+            self._append(data, n, stopping)
+            r.release(stop)  # only now: if the append raised, the rescue saves these lines
             self.raw_since = 0.0
         if self.batch:
             data, n = self.batch.take()
@@ -314,13 +276,13 @@ class _Engine:
             items, self.blocks.rejects = self.blocks.rejects, []
             self._reject(items, stopping)
 
-    def _append(self, data: bytes | memoryview, n: int, stopping: bool) -> None:
+    def _append(self, data: bytes, n: int, stopping: bool) -> None:
         if not n:
             return
-        w = self.writer
-        timeout = min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
         try:
-            append_until_stopped(w, data, timeout, None if stopping else self.stopper)
+            append_until_stopped(
+                self.writer, data, self._timeout(stopping), None if stopping else self.stopper
+            )
             self.records += n
         except (LockError, WriteError) as e:  # LockTimeout is a LockError
             self.spilled += n
@@ -337,8 +299,7 @@ class _Engine:
 
     def _reject(self, items: list[tuple[str, bytes]], stopping: bool) -> None:
         """Append refused lines to OUT.rejects (or, if that fails, to its spill file)."""
-        w = self.writer
-        timeout = min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
+        w, timeout = self.writer, self._timeout(stopping)
         try:
             self.rejects_file = sidefiles.reject(
                 w.path, items, lock=w.locker.requested, timeout=timeout
@@ -349,6 +310,9 @@ class _Engine:
             self.rejects_file = e.spill_path
             self.error = self.error or e
         self.rejected += len(items)
+
+    def _timeout(self, stopping: bool) -> float:
+        return min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
 
     def _long_done(self, why: str) -> None:
         long, self.long = self.long, None
@@ -366,28 +330,19 @@ class _Engine:
             self.writer.set_header(self.enc.header_line())  # the first key:value line named them
         return encoded
 
-    # -- the last resort -----------------------------------------------------------------
     def rescue(self, e: BaseException) -> None:
-        """An error escaped the loop: save everything held, then raise.
-
-        A ZotsinkError that named where its records went is raised as it is. Anything else
-        (a bug, an I/O error on the input, an interrupt without a stopper) must not take
-        what was read with it: the held lines go to a spill file, and the error raised
-        says where.
-        """
-        held: list[bytes] = []
-        n = 0
+        """An error escaped the loop (a bug, an I/O error on the input, an interrupt without
+        a stopper): save every line held to a spill file, then raise, saying where."""
+        held, n = [], 0
         if self.batch:
-            data, count = self.batch.take()
+            data, n = self.batch.take()
             held.append(bytes(data))
-            n += count
         r = self.reader
         if r is not None and r.end > r.start:
-            raw = bytes(r.view(r.start, r.end))
-            r.release(r.end)
-            r.cut = r.end = r.start
-            held.append(raw if raw.endswith(b"\n") else raw + b"\n")
-            n += raw.count(b"\n") + (not raw.endswith(b"\n"))
+            if r.end > r.cut:
+                r.terminate()  # a part line is kept too: the spill file is read by a person
+            held.append(bytes(r.view(r.start, r.end)))
+            n += held[-1].count(b"\n")
         out = self.writer.path
         saved = ""
         if held:

@@ -1,4 +1,5 @@
-"""The stream engine: the line reader, option checks, block encoding, the last resort."""
+"""The stream engine (zotsink._stream) and its parts: the line reader (_core.pump), the input
+checks and block encoding (_input), the last resort."""
 
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink import UsageError, WriteError
-from zotsink._blocks import BlockEncoder
 from zotsink._core.pump import MIN_READ, START_SIZE, LineReader, enlarge_pipe
 from zotsink._core.records import Encoder
-from zotsink._stream import (
+from zotsink._input import (
     MAX_BATCH_BYTES,
     MAX_FLUSH_INTERVAL,
     MAX_TIMEOUT,
-    append_stream,
+    BlockEncoder,
     check_not_out,
     check_options,
 )
+from zotsink._stream import append_stream
 
 
 def _pipe(data: bytes = b"", *, close: bool = True) -> tuple[int, int]:

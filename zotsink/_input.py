@@ -1,17 +1,23 @@
-"""Blocks of whole input lines turned into the bytes to append, checked a block at a time.
+"""The stream's input, checked before it is read and as it is read.
 
-The stream engine hands over every line it reads in blocks (up to a pipe's worth, or a
-whole batch). Checking them one at a time in Python costs several times what ``cat``
-spends on the same bytes, so each block is first checked whole with C-speed scans: a NUL
-byte is one ``find`` (``memchr``); the field count of tsv and unquoted csv lines is one
-``translate`` that keeps only separators and newlines, which must then read
-``sep * (k-1) + "\\n"`` once per line. Only a block that fails a scan is looked at line by
-line, with the one valid-line check (:meth:`Encoder.check_raw`), to say which lines are
-refused and why. Both paths give the same bytes and the same refusals.
+Before: option values that cannot work (:func:`check_options`) and standard input that is
+OUT itself (:func:`check_not_out`) are refused with :class:`UsageError`, so that nothing is
+taken from the producer. As it is read: blocks of whole lines are turned into the bytes to
+append (:class:`BlockEncoder`), and a line over the limit is kept aside until it ends
+(:class:`LongLine`).
+
+Checking lines one at a time in Python costs several times what ``cat`` spends on the same
+bytes, so each block is first checked whole with C-speed scans: a NUL byte is one ``find``
+(``memchr``); the field count of tsv and unquoted csv lines is one ``translate`` that keeps
+only separators and newlines, which must then read ``sep * (k-1) + "\\n"`` once per line.
+Only a block that fails a scan is looked at line by line, with the one valid-line check
+(:meth:`Encoder.check_raw`), to say which lines are refused and why. Both paths give the
+same bytes and the same refusals.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from typing import IO, Final
@@ -21,11 +27,50 @@ from ._core.records import MAX_LINE, Encoder, parse_kv
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
-__all__ = ["BlockEncoder", "LongLine"]
+__all__ = ["BlockEncoder", "LongLine", "check_not_out", "check_options"]
 
+#: The largest values the engine takes (the CLI refuses larger ones with the same limits):
+#: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
+MAX_BATCH_BYTES: Final = 1 << 30
+MAX_FLUSH_INTERVAL: Final = 1e6
+MAX_TIMEOUT: Final = 1e7
 #: Bytes that a field-count scan deletes: all but the separator and the newline.
 _NOT_TAB_NL: Final = bytes(b for b in range(256) if b not in b"\t\n")
 _NOT_COMMA_NL: Final = bytes(b for b in range(256) if b not in b",\n")
+
+
+def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
+    """Refuse option values that cannot work, before anything is read (UsageError)."""
+    if kv is not None and kv not in (":", "="):
+        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
+    for name, value, most in (
+        ("--timeout", timeout, MAX_TIMEOUT),
+        ("--flush-interval", flush_interval, MAX_FLUSH_INTERVAL),
+    ):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= most):
+            raise UsageError(
+                f"{name} must be a number of seconds from 0 to {most:g}, not {value!r}"
+            )
+    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int):
+        raise UsageError(f"--batch-bytes must be a whole number of bytes, not {batch_bytes!r}")
+    if not 1 <= batch_bytes <= MAX_BATCH_BYTES:
+        raise UsageError(
+            f"--batch-bytes must be between 1 and {MAX_BATCH_BYTES}, not {batch_bytes}"
+        )
+
+
+def check_not_out(infd: int, out: str) -> None:
+    """Refuse standard input that is OUT itself: every record read would be appended again
+    and read again, and OUT would grow until the disk is full."""
+    try:
+        a, b = os.fstat(infd), os.stat(out)
+    except OSError:
+        return  # no OUT yet (or no such input): they cannot be the same file
+    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+        raise UsageError(
+            f"standard input is {out} itself: its records would be appended to it again "
+            f"without end; read from a copy (cp {out} {out}.copy)"
+        )
 
 
 class BlockEncoder:
