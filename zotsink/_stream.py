@@ -34,8 +34,9 @@ from .errors import HeaderMismatch, LockError, WriteError, ZotsinkError, Zotsink
 
 __all__ = ["StreamReport", "append_stream"]
 
-#: Default batch size: 1 MiB batches measured no faster once the pipe is enlarged, and a
-#: smaller batch loses less to a SIGKILL and lets a full disk cut a stream between batches.
+#: Default batch size. Each batch costs a lock hold (flock, fstat, stat; an fsync on network
+#: filesystems) and about 20 us of Python: 1 MiB batches took about 15 % less CPU streaming
+#: 300 MB, but a smaller batch loses less to a full disk or a SIGKILL.
 BATCH_BYTES: Final = 65536
 #: Reason given for an unterminated line cut off by a stop signal.
 INCOMPLETE: Final = "incomplete at stop"

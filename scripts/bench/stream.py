@@ -62,8 +62,12 @@ def make_input(d: Path, lines: int, kind: str) -> Path:
     return p
 
 
-def pipeline(infile: Path, consumer: Sequence[str] | None, out: Path, env: dict) -> float:
-    """``cat INFILE | CONSUMER OUT`` (``None``: ``cat >> OUT``): wall seconds, both exited."""
+def pipeline(
+    infile: Path, consumer: Sequence[str] | None, out: Path, env: dict
+) -> tuple[float, float]:
+    """``cat INFILE | CONSUMER OUT`` (``None``: ``cat >> OUT``): wall seconds, both exited,
+    and the consumer's CPU seconds (user + system), which other work on a shared machine
+    inflates far less than the wall time."""
     out.unlink(missing_ok=True)
     t0 = time.perf_counter()
     prod = subprocess.Popen(["cat", str(infile)], stdout=subprocess.PIPE)
@@ -74,11 +78,13 @@ def pipeline(infile: Path, consumer: Sequence[str] | None, out: Path, env: dict)
         cons = subprocess.Popen([*consumer, str(out)], stdin=prod.stdout, env=env)
     assert prod.stdout is not None
     prod.stdout.close()
-    rc = cons.wait(), prod.wait()
+    _pid, status, usage = os.wait4(cons.pid, 0)
+    cons.returncode = os.waitstatus_to_exitcode(status)
+    rc = cons.returncode, prod.wait()
     dt = time.perf_counter() - t0
     if rc != (0, 0):
         raise SystemExit(f"bench: {consumer or 'cat'} exited {rc}")
-    return dt
+    return dt, usage.ru_utime + usage.ru_stime
 
 
 def figure(
@@ -92,40 +98,51 @@ def figure(
     env: dict,
 ) -> dict:
     """Throughput of consumer ``a`` over consumer ``b`` (label, command, OUT's suffix)."""
-    src = make_input(d, lines, kind)  # kv output loses the keys: 12 bytes a line
+    src = make_input(d, lines, kind)  # kv output loses the keys: 13 bytes a line
     empty = d / "empty.txt"
     empty.touch()
     subtract = lines < SUBTRACT_BELOW
 
-    def run(side: tuple[str, Sequence[str] | None, str], infile: Path) -> float:
+    def run(side: tuple[str, Sequence[str] | None, str], infile: Path) -> tuple[float, float]:
         label, cmd, suffix = side
         out = d / f"out{suffix}"
         dt = pipeline(infile, cmd, out, env)
-        if infile is src and out.stat().st_size < lines * (WIDTH - (12 if kind == "kv" else 0)):
+        if infile is src and out.stat().st_size < lines * (WIDTH - (13 if kind == "kv" else 0)):
             raise SystemExit(f"bench: {label} wrote {out.stat().st_size} bytes, too few")
         out.unlink(missing_ok=True)
         return dt
 
-    e0 = {0: 0.0, 1: 0.0}
+    e0 = {0: (0.0, 0.0), 1: (0.0, 0.0)}
     if subtract:
         for k, side in enumerate((a, b)):
-            e0[k] = statistics.median(run(side, empty) for _ in range(5))
+            empties = [run(side, empty) for _ in range(5)]
+            e0[k] = (
+                statistics.median(w for w, _ in empties),
+                statistics.median(c for _, c in empties),
+            )
     walls: tuple[list[float], list[float]] = ([], [])
+    cpus: tuple[list[float], list[float]] = ([], [])
     for i in range(runs):
         order = (0, 1) if i % 2 == 0 else (1, 0)
         for k in order:
-            walls[k].append(run((a, b)[k], src))
-    rates = [[lines / max(t - e0[k], 1e-9) for t in walls[k]] for k in (0, 1)]
+            wall, cpu = run((a, b)[k], src)
+            walls[k].append(wall)
+            cpus[k].append(cpu)
+    rates = [[lines / max(t - e0[k][0], 1e-9) for t in walls[k]] for k in (0, 1)]
+    cpu_rates = [[lines / max(t - e0[k][1], 1e-9) for t in cpus[k]] for k in (0, 1)]
     ratios = [x / y for x, y in zip(*rates)]
+    cpu_ratios = [x / y for x, y in zip(*cpu_rates)]
     return {
         "name": name,
         "lines": lines,
         "a": a[0],
         "b": b[0],
         "wall": [statistics.median(w) for w in walls],
-        "startup": [e0[0], e0[1]],
+        "cpu": [statistics.median(c) for c in cpus],
+        "startup": [e0[0][0], e0[1][0]],
         "rate": [statistics.median(r) for r in rates],
         "ratio": (statistics.median(ratios), min(ratios), max(ratios)),
+        "cpu_ratio": statistics.median(cpu_ratios),
     }
 
 
@@ -189,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{name:6} {lines:>10,} lines  {r['a']}: {r['rate'][0] / 1e6:.2f} M lines/s "
                     f"(wall {r['wall'][0]:.3f} s)  {r['b']}: {r['rate'][1] / 1e6:.2f} M lines/s "
                     f"(wall {r['wall'][1]:.3f} s)  ratio {med:.2f} [{lo:.2f}-{hi:.2f}]"
+                    f" (by consumer CPU time: {r['cpu_ratio']:.2f})"
                     + (f" target >= {target}" if target else "")
                     + verdict
                     + (
