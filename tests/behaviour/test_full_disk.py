@@ -119,7 +119,7 @@ def test_full_disk_spills_the_rest_and_recover_completes_out(
     (tmp_path / "tmp").mkdir()
     records = make_records(6000)  # 384,000 bytes for 256 KiB: read and written in batches
     env = {"ZOTSINK_SPILL_DIR": str(spill_dir), "TMPDIR": str(tmp_path / "tmp")}
-    r = zotsink(out, input=b"".join(records), env=env)
+    r = zotsink(out, "--batch-bytes", "65536", input=b"".join(records), env=env)
     err = r.stderr.decode()
     assert r.returncode == 74, err
     assert "No space left on device" in err and "Traceback" not in err
@@ -202,7 +202,7 @@ def test_injected_io_errors_take_the_same_path(
     budget = 200_000  # mid-way: earlier batches land, one is cut short, later ones fail
     shim = [sys.executable, "-c", SHIM, str(out), err, str(budget), op]
     r = subprocess.run(
-        [*shim, "--sync", "fsync", str(out)],
+        [*shim, "--sync", "fsync", "--batch-bytes", "65536", str(out)],  # several batches
         input=b"".join(records),
         capture_output=True,
         env=child_env(),

@@ -35,7 +35,7 @@ MAX_FLUSH_INTERVAL = 1e6
 @click.option(
     "--batch-bytes",
     type=click.IntRange(1, 1 << 30),
-    default=65536,
+    default=1 << 20,
     show_default=True,
     help="Write a batch when it reaches this size ...",
 )
