@@ -29,8 +29,8 @@ F_GETPIPE_SZ: Final = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 PIPE_SIZE: Final = 1 << 20
 #: The smallest read worth a system call; below it the buffer is compacted or grown.
 MIN_READ: Final = 1 << 16
-#: The buffer's starting size.
-START_SIZE: Final = 2 << 20
+#: The buffer's starting size: a batch of 1 MiB and a pipe's worth of reading.
+START_SIZE: Final = 4 << 20
 
 
 def enlarge_pipe(fd: int, size: int = PIPE_SIZE) -> int:
@@ -97,8 +97,17 @@ class LineReader:
         return memoryview(self.buf)[a:b]
 
     def release(self, upto: int) -> None:
-        """The caller is done with everything before offset ``upto`` (at most :attr:`cut`)."""
+        """The caller is done with everything before offset ``upto`` (at most :attr:`cut`).
+
+        When that is every whole line, the short tail moves to the front at once, so that
+        the next read has the whole buffer (reads cut short by the buffer's end were half
+        of all reads, and moving unwritten lines out of their way cost more than that).
+        """
         self.start = upto
+        if upto == self.cut and self.end - upto <= MIN_READ:
+            keep = self.end - upto
+            self.buf[:keep] = self.buf[upto : self.end]
+            self.start, self.cut, self.end = 0, 0, keep
 
     def take_tail(self) -> bytes:
         """The unterminated tail, removed from the buffer (the last line, at end of input
