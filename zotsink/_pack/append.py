@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import time
@@ -25,7 +26,7 @@ from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkErro
 from ..fileio import write_all
 from ..fsinfo import wants_fsync
 from ..locking import Locker, ZotsinkWarning
-from ..records import stamp_values
+from ..records import stamp_values, utc_now
 from . import tarfmt
 from .archive import settle
 from .index import HEADER, IndexCache, Row, format_rows, index_path
@@ -93,7 +94,9 @@ def check_name(name: str) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=64)
 def _names(uid: int, gid: int) -> tuple[str, str]:
+    """User and group names for the header (each lookup reads /etc/passwd: cached)."""
     import grp
     import pwd
 
@@ -108,8 +111,14 @@ def _names(uid: int, gid: int) -> tuple[str, str]:
     return uname, gname
 
 
+@functools.lru_cache(maxsize=1)
+def _origin(pid: int) -> tuple[str, ...]:
+    # host, job and task do not change within a process (the pid keys a forked child)
+    return tuple(stamp_values(PROVENANCE[1:]))
+
+
 def _provenance() -> dict[str, str]:
-    return dict(zip(PROVENANCE, stamp_values(PROVENANCE)))
+    return dict(zip(PROVENANCE, (utc_now(), *_origin(os.getpid()))))
 
 
 def _build(items: list[Pending], max_member: int) -> tuple[bytes, list[Row]]:
@@ -133,16 +142,13 @@ def _build(items: list[Pending], max_member: int) -> tuple[bytes, list[Row]]:
     pieces: list[bytes] = []
     rows: list[Row] = []
     pos = 0
-    ids: dict[tuple[int, int], tuple[str, str]] = {}
     for it in items:
         data = bytes(it.data)
         digest = hashlib.sha256(data).hexdigest()
         prov = dict(own if it.provenance is None else it.provenance)
         uid = os.getuid() if it.uid is None else it.uid
         gid = os.getgid() if it.gid is None else it.gid
-        if (uid, gid) not in ids:
-            ids[uid, gid] = _names(uid, gid)
-        uname, gname = ids[uid, gid]
+        uname, gname = _names(uid, gid)
         comment = tarfmt.make_comment({"sha256": digest, **prov})
         blob = tarfmt.build_member(
             it.name,
@@ -315,6 +321,8 @@ def _append_locked(
                     errno=e.errno,
                 ) from e
             cache.add(placed, cache.consumed + len(lines))
+            st = os.fstat(fd)
+            cache.archive_end = (st.st_dev, st.st_ino, base + len(blob))
             if seal:
                 _seal(fd, fsync)
             return placed

@@ -132,7 +132,10 @@ def settle(
     """
     idx_size = cache.refresh(idx_fd)
     torn_index = idx_size - cache.consumed
-    size = os.fstat(fd).st_size
+    st = os.fstat(fd)
+    size = st.st_size
+    if not torn_index and cache.archive_end == (st.st_dev, st.st_ino, size):
+        return Settled(size, 0, None, 0, False, 0)
     read = tarfmt.file_reader(fd)
     start = _verified_end(read, size, cache.rows[-1]) if cache.rows else None
     rebuild = start is None and (size > 0 or bool(cache.rows) or torn_index > 0)

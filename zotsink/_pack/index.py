@@ -121,6 +121,9 @@ class IndexCache:
         self.rows: list[Row] = []
         self.names: dict[str, int] = {}  # name -> position in rows of its last row
         self.problems: list[str] = []
+        #: (device, inode, size) of the archive as this process left it: when it is still
+        #: so, nobody wrote since, and the last member need not be checked again
+        self.archive_end: tuple[int, int, int] | None = None
 
     def refresh(self, fd: int) -> int:
         """Read what was added to the index open as ``fd``; its size in bytes."""

@@ -118,6 +118,7 @@ def build_member(
 
 def make_comment(fields: Mapping[str, str]) -> str:
     """The PAX comment pack records with each member: ``zotsink k=v k=v ...``."""
+
     # Values are percent-escaped ("%" and " " only) so that the words split back exactly.
     def esc(v: str) -> str:
         return v.replace("%", "%25").replace(" ", "%20")
