@@ -189,3 +189,17 @@ def test_an_index_of_another_archive_is_not_trusted(tmp_path: Path) -> None:
         append_member(archive, "b", b"2")
     assert _names(archive) == ["a", "b"]
     assert [r.name for r in list_members(archive)] == ["a", "b"]
+
+
+def test_verify_names_the_offset_of_changed_data_and_repair_keeps_it(tmp_path: Path) -> None:
+    archive = tmp_path / "a.tar"
+    rows = append_members(archive, {"a": b"A" * 100, "b": b"B" * 100})
+    data = bytearray(archive.read_bytes())
+    data[rows[0].offset + 1536 + 5] ^= 0xFF  # a byte of a's data (after its 3 header blocks)
+    archive.write_bytes(bytes(data))
+    report = verify_archive(archive)
+    assert report.problems == [
+        f"offset {rows[0].offset}: the data of 'a' does not match its recorded sha256"
+    ]
+    assert verify_archive(archive, repair=True).problems == report.problems  # not cut
+    assert archive.read_bytes() == bytes(data)

@@ -38,21 +38,24 @@ def sha256_of(read: Reader, offset: int, size: int) -> str:
     return h.hexdigest()
 
 
-def member_row(read: Reader, m: Member) -> Row:
-    """The index row of a member found in the archive; TarDamage if its data was changed.
+def member_row(read: Reader, m: Member, *, strict: bool = True) -> Row:
+    """The index row of a member found in the archive.
 
-    The sha256 is computed from the data; provenance comes from pack's PAX comment (empty for
-    members another tool wrote).
+    The sha256 is the one pack recorded in the member's PAX comment, else computed from the
+    data; provenance comes from the comment too (empty for members another tool wrote).
+    Data that does not match its recorded sha256 raises TarDamage, unless not ``strict``
+    (``verify`` reports it, and a rebuilt index keeps the sha256 the data should have).
     """
     digest = sha256_of(read, m.data_offset, m.size)
     fields = tarfmt.parse_comment(m.pax.get("comment"))
-    if fields.get("sha256") not in (None, digest):
+    recorded = fields.get("sha256", digest)
+    if strict and recorded != digest:
         raise TarDamage(m.offset, f"the data of {m.name!r} does not match its recorded sha256")
     return Row(
         m.offset,
         m.size,
         m.name,
-        digest,
+        recorded,
         fields.get("time", ""),
         fields.get("host", ""),
         fields.get("job", ""),

@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..fileio import fsync_dir, write_all
 from ..locking import Locker
 from . import tarfmt
-from .archive import member_row, rewrite_index, settle
+from .archive import member_row, rewrite_index, settle, sha256_of
 from .index import IndexCache, Row, index_path, read_index
 from .locked import locked_archive
 from .tarfmt import TarDamage
@@ -52,10 +52,12 @@ def _scan(fd: int, size: int) -> tuple[list[Row], list[str], int]:
     end = 0
     try:
         for m in tarfmt.walk(read, 0, size):
-            try:
-                rows.append(member_row(read, m))
-            except TarDamage as e:
-                problems.append(str(e))
+            row = member_row(read, m, strict=False)
+            if sha256_of(read, m.data_offset, m.size) != row.sha256:
+                problems.append(
+                    f"offset {m.offset}: the data of {m.name!r} does not match its recorded sha256"
+                )
+            rows.append(row)
             end = m.end
     except TarDamage as e:
         hint = (
