@@ -229,9 +229,10 @@ def append_pending(
         return []
     blob, rows = _build(items, max_member)
     locker = Locker(lock, path)
-    fsync = sync == "fsync" or (sync == "auto" and wants_fsync(path))
+    remote = wants_fsync(path)  # a network or FUSE filesystem
+    fsync = sync == "fsync" or (sync == "auto" and remote)
     try:
-        return _append_locked(path, blob, rows, locker, timeout, fsync, replace, seal)
+        return _append_locked(path, blob, rows, locker, timeout, fsync, remote, replace, seal)
     except (LockError, WriteError) as e:  # LockTimeout is a LockError
         if spill:
             _save(path, e, blob)
@@ -269,6 +270,7 @@ def _append_locked(
     locker: Locker,
     timeout: float,
     fsync: bool,
+    remote: bool,
     replace: bool,
     seal: bool,
 ) -> list[Row]:
@@ -278,7 +280,22 @@ def _append_locked(
         idx_fd = _open_index(path, mode)
         try:
             try:
-                settled = settle(fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync)
+                for attempt in range(3):
+                    try:
+                        settled = settle(
+                            fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync, coherent=remote
+                        )
+                        break
+                    except OSError as e:
+                        # another client replaced the index (a rebuild): follow its name
+                        if e.errno != errno.ESTALE or attempt == 2:
+                            raise
+                        with contextlib.suppress(OSError):
+                            os.close(idx_fd)
+                        idx_fd = -1
+                        cache.__init__()  # type: ignore[misc]
+                        time.sleep(0.02)  # the client's cache needs a moment to let go
+                        idx_fd = _open_index(path, mode)
             except TarDamage as e:
                 raise WriteError(
                     f"{path} is damaged at {e} and zotsink cuts only the torn tail of a killed "
@@ -290,7 +307,7 @@ def _append_locked(
                 os.close(idx_fd)
                 idx_fd = -1
                 idx_fd = _open_index(path, mode)
-                cache.refresh(idx_fd)
+                cache.refresh(idx_fd, remote)
             for note in settled.notes(path):
                 warnings.warn(note, ZotsinkWarning, stacklevel=4)
             if not replace:

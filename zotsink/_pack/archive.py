@@ -21,6 +21,7 @@ from typing import NamedTuple
 from ..fileio import fsync_dir, write_all
 from . import tarfmt
 from .index import HEADER, IndexCache, Row, format_rows, index_path
+from .locked import fresh_stat
 from .tarfmt import Member, Reader, TarDamage
 
 __all__ = ["SaveCut", "Settled", "member_row", "rewrite_index", "settle", "sha256_of"]
@@ -121,23 +122,24 @@ def settle(
     archive: str,
     mode: int,
     fsync: bool,
+    coherent: bool = False,
     save_cut: SaveCut | None = None,
 ) -> Settled:
     """Make the archive (open as ``fd``) end with its last whole member, all of them indexed.
 
     The caller holds the archive's exclusive lock. The index open as ``idx_fd`` is appended
-    to or, when it must be rebuilt, replaced (``cache`` follows either way).
+    to or, when it must be rebuilt, replaced (``cache`` follows either way). ``coherent``:
+    sizes come from the server (network and FUSE filesystems; see :func:`.locked.fresh_stat`).
 
     A torn member at the end (``TarDamage.tail``) and zero blocks are cut. Other damage
     after the last indexed member is cut only through ``save_cut``, which keeps those bytes
     first (``verify --repair``); without it, and for damage before the last indexed member,
     :class:`TarDamage` is raised and nothing is changed.
     """
-    idx_size = cache.refresh(idx_fd)
+    idx_size = cache.refresh(idx_fd, coherent)
     torn_index = idx_size - cache.consumed
-    st = os.fstat(fd)
-    size = st.st_size
-    if not torn_index and cache.archive_end == (st.st_dev, st.st_ino, size):
+    dev, ino, size = fresh_stat(fd, coherent)
+    if not torn_index and cache.archive_end == (dev, ino, size):
         return Settled(size, 0, None, 0, False, 0)
     read = tarfmt.file_reader(fd)
     start = _verified_end(read, size, cache.rows[-1]) if cache.rows else None
@@ -155,6 +157,12 @@ def settle(
             end = m.end
     except TarDamage as e:
         damage = e
+        if e.tail and rebuild and coherent and save_cut is None:
+            # The index did not match, on a filesystem whose clients may see stale sizes:
+            # this view of the end is not trusted enough to cut anything.
+            raise TarDamage(
+                e.offset, f"{e.why}; the index did not match, so a writer does not cut it here"
+            ) from e
         if not e.tail:
             if save_cut is None or (rebuild and cache.rows):
                 raise

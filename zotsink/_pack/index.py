@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from .locked import fresh_stat
+
 __all__ = [
     "COLUMNS",
     "HEADER",
@@ -125,15 +127,18 @@ class IndexCache:
         #: so, nobody wrote since, and the last member need not be checked again
         self.archive_end: tuple[int, int, int] | None = None
 
-    def refresh(self, fd: int) -> int:
-        """Read what was added to the index open as ``fd``; its size in bytes."""
-        st = os.fstat(fd)
-        ident = (st.st_dev, st.st_ino)
-        if ident != self.ident or st.st_size < self.consumed:
+    def refresh(self, fd: int, coherent: bool = False) -> int:
+        """Read what was added to the index open as ``fd``; its size in bytes.
+
+        ``coherent``: ask the server for the size (see :func:`.locked.fresh_stat`).
+        """
+        dev, ino, size = fresh_stat(fd, coherent)
+        ident = (dev, ino)
+        if ident != self.ident or size < self.consumed:
             self.__init__()  # type: ignore[misc]
             self.ident = ident
-        if st.st_size > self.consumed:
-            data = _pread_all(fd, self.consumed, st.st_size - self.consumed)
+        if size > self.consumed:
+            data = _pread_all(fd, self.consumed, size - self.consumed)
             rows, problems, end = parse_index(data, self.consumed)
             base = len(self.rows)
             self.rows.extend(rows)
@@ -141,7 +146,7 @@ class IndexCache:
                 self.names[r.name] = i
             self.problems.extend(problems)
             self.consumed = end
-        return st.st_size
+        return size
 
     def add(self, rows: Iterable[Row], new_end: int) -> None:
         """Note rows this process appended itself, ending the file at ``new_end``."""

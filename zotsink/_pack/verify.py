@@ -13,11 +13,12 @@ from typing import NamedTuple
 
 from ..errors import InputError
 from ..fileio import fsync_dir, write_all
+from ..fsinfo import wants_fsync
 from ..locking import Locker
 from . import tarfmt
 from .archive import member_row, rewrite_index, settle, sha256_of
 from .index import IndexCache, Row, index_path, read_index
-from .locked import locked_archive
+from .locked import fresh_stat, locked_archive
 from .tarfmt import TarDamage
 
 __all__ = ["ArchiveReport", "cut_path", "verify_archive"]
@@ -114,11 +115,12 @@ def verify_archive(
     if not os.path.exists(path):
         raise InputError(f"{path}: no such archive", path=path)
     locker = Locker(lock, path)
+    remote = wants_fsync(path)  # network or FUSE: ask the server for sizes
     repaired: list[str] = []
     with locked_archive(path, locker, timeout, shared=not repair) as fd:
         if repair:
-            repaired = _repair(path, fd)
-        size = os.fstat(fd).st_size
+            repaired = _repair(path, fd, remote)
+        size = fresh_stat(fd, remote)[2]
         found, problems, end = _scan(fd, size)
         rows, idx_problems = read_index(index_path(path))
         problems.extend(idx_problems)
@@ -126,7 +128,7 @@ def verify_archive(
     return ArchiveReport(path, len(found), size, len(rows), problems, repaired, end < size)
 
 
-def _repair(path: str, fd: int) -> list[str]:
+def _repair(path: str, fd: int, remote: bool) -> list[str]:
     mode = os.fstat(fd).st_mode & 0o666
     notes: list[str] = []
 
@@ -153,7 +155,14 @@ def _repair(path: str, fd: int) -> list[str]:
     )
     try:
         settled = settle(
-            fd, idx_fd, IndexCache(), archive=path, mode=mode, fsync=True, save_cut=save_cut
+            fd,
+            idx_fd,
+            IndexCache(),
+            archive=path,
+            mode=mode,
+            fsync=True,
+            coherent=remote,
+            save_cut=save_cut,
         )
     except TarDamage as e:
         raise InputError(
@@ -168,7 +177,7 @@ def _repair(path: str, fd: int) -> list[str]:
         write_all(fd, bytes(2 * tarfmt.BLOCK))
         os.fsync(fd)
     # settle checks the last row only; a row wrong in the middle needs the whole index anew.
-    size = os.fstat(fd).st_size
+    size = fresh_stat(fd, remote)[2]
     found, _problems, _end = _scan(fd, size)
     rows, idx_problems = read_index(index_path(path))
     check: list[str] = list(idx_problems)
