@@ -21,8 +21,8 @@ import random
 import signal
 import sys
 
+from zotsink import append_members
 from zotsink._pack import append as append_module
-from zotsink._pack.append import append_members
 
 
 def writer(archive: str, ident: int, count: int, seed: int) -> None:

@@ -21,12 +21,12 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple, Union
 
-from .. import sidefiles
-from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError
-from ..fileio import write_all
-from ..fsinfo import wants_fsync
-from ..locking import Locker, ZotsinkWarning
-from ..records import stamp_values, utc_now
+from .._core import sidefiles
+from .._core.fileio import write_all
+from .._core.fsinfo import wants_fsync
+from .._core.locking import Locker
+from .._core.stamp import stamp_values, utc_now
+from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
 from . import tarfmt
 from .archive import settle
 from .index import HEADER, IndexCache, Row, format_rows, index_path
@@ -345,7 +345,8 @@ def _append_locked(
             return placed
         finally:
             if idx_fd >= 0:
-                os.close(idx_fd)
+                with contextlib.suppress(OSError):  # ESTALE: replaced by another client
+                    os.close(idx_fd)
 
 
 def _refuse_existing(path: str, rows: list[Row], cache: IndexCache) -> None:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..fileio import fsync_dir, write_all
+from .._core.fileio import fsync_dir, write_all
 from . import tarfmt
 from .index import HEADER, IndexCache, Row, format_rows, index_path
 from .locked import fresh_stat

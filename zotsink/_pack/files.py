@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
-from ..records import parse_stamp, stamp_values
 from .append import MAX_MEMBER, Pending, append_pending
 from .index import Row
 

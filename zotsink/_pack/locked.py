@@ -1,4 +1,5 @@
-"""The archive open and locked: the one open -> lock -> same-inode loop of pack."""
+"""The archive open and locked (through the one open -> lock -> same-inode loop of
+``_core.locking``), and a coherent view of its size on network filesystems."""
 
 from __future__ import annotations
 
@@ -7,66 +8,50 @@ import errno
 import os
 import stat
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any, Final
 
+from .._core.locking import Locker, open_locked
 from ..errors import WriteError
-from ..locking import Locker
 
 __all__ = ["fresh_stat", "locked_archive"]
-
-#: How often the archive may be found replaced in one hold before giving up.
-_MAX_REOPENS: Final = 100
 
 
 @contextlib.contextmanager
 def locked_archive(
     path: str, locker: Locker, timeout: float, *, shared: bool = False
 ) -> Iterator[int]:
-    """The archive open (O_APPEND) and locked, its path naming the open inode.
+    """The archive open (``O_APPEND``) and locked, its path naming the open inode.
 
-    ``shared``: open read-only under a shared lock (readers); the archive must exist.
+    ``shared``: opened read-only under a shared lock (readers); the archive must exist.
     """
-    for _ in range(_MAX_REOPENS):
+
+    def opener() -> int:
+        flags = os.O_RDONLY if shared else os.O_RDWR | os.O_APPEND | os.O_CREAT
         try:
-            flags = os.O_RDONLY if shared else os.O_RDWR | os.O_APPEND | os.O_CREAT
             fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
         except OSError as e:
             doing = "reading" if shared else "appending"
             raise WriteError(
                 f"cannot open {path} for {doing}: {e.strerror or e}", path=path, errno=e.errno
             ) from e
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise WriteError(
-                    f"{path} is not a regular file; name a tar file", path=path, errno=errno.EINVAL
-                )
-            locker.acquire(fd, timeout, shared=shared)
-        except BaseException:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise
-        try:
-            try:
-                st, named = os.fstat(fd), os.stat(path)
-                same = (st.st_dev, st.st_ino) == (named.st_dev, named.st_ino)
-            except FileNotFoundError:
-                same = False
-            except OSError as e:
-                # a stale handle: replaced through another client of a network filesystem
-                if e.errno != errno.ESTALE:
-                    raise
-                same = False
-                time.sleep(0.02)  # the client's cache needs a moment to let go
-            if same:
-                yield fd
-                return
-        finally:
+            raise WriteError(
+                f"{path} is not a regular file; name a tar file", path=path, errno=errno.EINVAL
+            )
+        return fd
+
+    fd, _st, _waited = open_locked(path, opener, locker, timeout, shared=shared)
+    try:
+        yield fd
+    finally:
+        # a stale descriptor (the archive replaced through another client) may refuse even
+        # these; the lock goes with the descriptor either way
+        with contextlib.suppress(OSError):
             locker.release()
+        with contextlib.suppress(OSError):
             os.close(fd)
-    raise WriteError(
-        f"{path} was replaced {_MAX_REOPENS} times while zotsink tried to lock it", path=path
-    )
 
 
 # -- a coherent view of another client's appends -------------------------------------------

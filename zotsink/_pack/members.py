@@ -11,8 +11,7 @@ import hashlib
 import os
 import warnings
 
-from ..errors import InputError
-from ..locking import ZotsinkWarning
+from ..errors import InputError, ZotsinkWarning
 from . import tarfmt
 from .archive import member_row
 from .index import COLUMNS, Row, format_rows, index_path, read_index

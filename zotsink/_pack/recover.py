@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import NamedTuple
 
-from ..sidefiles import find_spills
+from .._core.sidefiles import find_spills
 from . import tarfmt
 from .append import Pending, append_pending
 from .index import index_path, read_index

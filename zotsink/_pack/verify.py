@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from .._core.fileio import fsync_dir, write_all
+from .._core.fsinfo import wants_fsync
+from .._core.locking import Locker
 from ..errors import InputError
-from ..fileio import fsync_dir, write_all
-from ..fsinfo import wants_fsync
-from ..locking import Locker
 from . import tarfmt
 from .archive import member_row, rewrite_index, settle, sha256_of
 from .index import IndexCache, Row, index_path, read_index

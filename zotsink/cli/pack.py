@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from ..locking import LOCK_KINDS
-from . import run_api, say, set_verbosity
+from ._common import (
+    CONTEXT,
+    lock_options,
+    quiet_option,
+    run_api,
+    say,
+    set_verbosity,
+    sync_option,
+    verbose_option,
+)
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -28,7 +36,7 @@ class _Size(click.ParamType):
         return int(number) * _UNITS[unit]
 
 
-@click.command("pack", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("pack", context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(dir_okay=False))
 @click.argument("files", nargs=-1, required=True)
 @click.option("--name", help="The member's name (one FILE; required for stdin, -).")
@@ -50,23 +58,10 @@ class _Size(click.ParamType):
     show_default=True,
     help="Refuse members larger than this.",
 )
-@click.option("--lock", type=click.Choice(LOCK_KINDS), default="auto", show_default=True)
-@click.option(
-    "--sync",
-    type=click.Choice(("auto", "fsync", "none")),
-    default="auto",
-    show_default=True,
-    help="auto: fsync before unlock on network and FUSE filesystems.",
-)
-@click.option(
-    "--timeout",
-    type=float,
-    default=600.0,
-    show_default=True,
-    help="Longest wait for the lock (s); then the members are spilled, exit 75.",
-)
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-@click.option("-v", "--verbose", count=True, help="Report what was done.")
+@lock_options
+@sync_option
+@quiet_option
+@verbose_option
 def pack_cmd(
     archive: str,
     files: tuple[str, ...],
@@ -77,8 +72,8 @@ def pack_cmd(
     seal: bool,
     max_member: int,
     lock: str,
-    sync: str,
     timeout: float,
+    sync: str,
     quiet: bool,
     verbose: int,
 ) -> None:
