@@ -26,6 +26,7 @@ __all__ = [
     "Row",
     "format_rows",
     "index_path",
+    "is_pack_archive",
     "parse_index",
 ]
 
@@ -37,6 +38,15 @@ _UNESCAPES: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
 def index_path(archive: str) -> str:
     return archive + ".idx"
+
+
+def is_pack_archive(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is (or is to be) a pack archive: a ``.tar`` name, or an index beside it.
+
+    For commands that take either a record file or an archive (verify, cat, recover).
+    """
+    path = os.fspath(path)
+    return path.endswith(".tar") or os.path.isfile(index_path(path))
 
 
 class Row(NamedTuple):
