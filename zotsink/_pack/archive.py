@@ -39,15 +39,16 @@ def sha256_of(read: Reader, offset: int, size: int) -> str:
     return h.hexdigest()
 
 
-def member_row(read: Reader, m: Member, *, strict: bool = True) -> Row:
+def member_row(read: Reader, m: Member, *, strict: bool = True, digest: str = "") -> Row:
     """The index row of a member found in the archive.
 
     The sha256 is the one pack recorded in the member's PAX comment, else computed from the
     data; provenance comes from the comment too (empty for members another tool wrote).
     Data that does not match its recorded sha256 raises TarDamage, unless not ``strict``
     (``verify`` reports it, and a rebuilt index keeps the sha256 the data should have).
+    ``digest``: the data's sha256 when the caller has it already.
     """
-    digest = sha256_of(read, m.data_offset, m.size)
+    digest = digest or sha256_of(read, m.data_offset, m.size)
     fields = tarfmt.parse_comment(m.pax.get("comment"))
     recorded = fields.get("sha256", digest)
     if strict and recorded != digest:

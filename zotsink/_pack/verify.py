@@ -70,8 +70,9 @@ def _scan(fd: int, size: int) -> tuple[list[Row], list[str], int]:
     end = 0
     try:
         for m in tarfmt.walk(read, 0, size):
-            row = member_row(read, m, strict=False)
-            if sha256_of(read, m.data_offset, m.size) != row.sha256:
+            digest = sha256_of(read, m.data_offset, m.size)
+            row = member_row(read, m, strict=False, digest=digest)
+            if digest != row.sha256:
                 problems.append(
                     f"offset {m.offset}: the data of {m.name!r} does not match its recorded sha256"
                 )
