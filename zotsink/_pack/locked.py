@@ -42,7 +42,7 @@ def locked_archive(
             )
         return fd
 
-    fd, _st, _waited = open_locked(path, opener, locker, timeout, shared=shared)
+    (fd, _dev, _ino), _st, _waited = open_locked(path, opener, locker, timeout, shared=shared)
     try:
         yield fd
     finally:
