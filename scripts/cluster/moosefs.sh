@@ -135,7 +135,8 @@ start_daemon() {
     echo $! >"$pf"
     for _ in $(seq 1 300); do
         grep -qE "$ready" "$LOGS/$name.log" && return 0
-        pid_alive "$(read_pid "$pf")" "$name" || break
+        # no name check: until nsenter and setsid have exec'd, the pid has their names
+        pid_alive "$(read_pid "$pf")" || break
         sleep 0.1
     done
     tail -n 20 "$LOGS/$name.log" >&2
@@ -166,12 +167,13 @@ mount_one() {  # mount_one INDEX MOUNTPOINT
     nsenter --net="$(netns)" -- setsid /usr/bin/mfsmount -f -H "$IP" -P $((PORT + 1)) "$m" \
         </dev/null >"$LOGS/mfsmount$i.log" 2>&1 9>&- &
     echo $! >"$pf"
-    for _ in $(seq 1 200); do
+    # mfsmount measures its clock before it mounts: seconds on a busy machine
+    for _ in $(seq 1 600); do
         is_mfs_mount "$m" && return 0
-        pid_alive "$(read_pid "$pf")" mfsmount || break
+        pid_alive "$(read_pid "$pf")" || break
         sleep 0.05
     done
-    die "$EXIT_FAILED" "mount $m did not come up: $(tail -n 1 "$LOGS/mfsmount$i.log")"
+    die "$EXIT_FAILED" "mount $m did not come up: $(tail -n 1 "$LOGS/mfsmount$i.log") (log: $LOGS/mfsmount$i.log)"
 }
 
 cmd_up() {
@@ -268,7 +270,7 @@ cmd_attach() {
     in_node mkdir -p "${MOUNTS[@]}"
     in_node /usr/bin/mfsmount -H "$IP" -P $((PORT + 1)) "$first" </dev/null >"$LOGS/mfsmount-$node.log" 2>&1 9>&- ||
         die "$EXIT_FAILED" "mfsmount in $node failed: $(tail -n 1 "$LOGS/mfsmount-$node.log")"
-    for _ in $(seq 1 200); do
+    for _ in $(seq 1 600); do
         if in_node bash -c "$(declare -f is_mfs_mount has_space); is_mfs_mount $first && has_space $first"; then
             for m in "${MOUNTS[@]:1}"; do
                 in_node mount --bind "$first" "$m" || die "$EXIT_FAILED" "bind mount of $m in $node failed"
@@ -278,7 +280,7 @@ cmd_attach() {
         fi
         sleep 0.05
     done
-    die "$EXIT_FAILED" "mount in $node did not come up within 10 s (log: $LOGS/mfsmount-$node.log)"
+    die "$EXIT_FAILED" "mount in $node did not come up within 30 s (log: $LOGS/mfsmount-$node.log)"
 }
 
 cmd_space() {  # cmd_space full|normal
