@@ -311,6 +311,7 @@ teardown() {
         log "removed leftover volume definition $GLUSTERD_VOLDIR"
     fi
     rm -rf "$BRICK"
+    rmdir "$STATE/brick" 2>/dev/null || true
 }
 
 cmd_down() {

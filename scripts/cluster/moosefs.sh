@@ -196,8 +196,9 @@ cmd_up() {
     fi
     teardown
     write_config
-    setsid unshare --net sh -c "ip link set lo up && ip addr add $IP/32 dev lo && exec sleep infinity" \
-        </dev/null >/dev/null 2>&1 9>&- &
+    # argv[0] names the holder for a reader of ps; its command name stays "sleep"
+    setsid unshare --net bash -c "ip link set lo up && ip addr add $IP/32 dev lo &&
+        exec -a zotsink-moosefs-netns sleep infinity" </dev/null >/dev/null 2>&1 9>&- &
     echo $! >"$NETNS_PID"
     for _ in $(seq 1 100); do
         netns_alive && in_netns ip -4 addr show lo 2>/dev/null | grep -q "$IP/" && break

@@ -73,7 +73,8 @@ node_create() {  # node_create NAME HOSTS_FILE
     # the node's PID 1 and stays as its parent (the holder); --kill-child ends PID 1 if
     # the holder is killed.
     setsid unshare --net --uts --mount --pid --fork --kill-child=SIGKILL --mount-proc \
-        --propagation private /usr/bin/python3 -c "$NODE_INIT_PY" </dev/null >/dev/null 2>&1 9>&- &
+        --propagation private /usr/bin/python3 -c "$NODE_INIT_PY" zotsink-node "$name" \
+        </dev/null >/dev/null 2>&1 9>&- &
     holder=$!
     echo "$holder" >"$NODE_RUN/$name.holder"
     init=

@@ -25,6 +25,9 @@ Fixtures
     It brings the GlusterFS volume up first.
 ``zotsink_cmd`` (function) -> ``[sys.executable, "-m", "zotsink"]``
     The argv prefix for running the CLI, also from inside a Slurm job on this host.
+``clusters_down`` (function) -> the services (gluster, moosefs, slurm)
+    Drops this process's leases, so the last user's ``down`` runs, and waits until no
+    process holds one: for the test at the end that checks that nothing is left behind.
 ``cluster_report`` (function) -> ``report(line)``
     Adds a line (prefixed with the test's name) to the "zotsink cluster" section of the
     terminal summary, which is shown with ``-q`` and under pytest-xdist too: for figures
@@ -100,6 +103,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parent.parent / "scripts" / "cluster"
 CLUSTER_BASE = Path("/var/tmp/zotsink-cluster")
 TESTS_LOCK = CLUSTER_BASE / "tests.lock"
+LAST_MODULE = "test_zz_nothing_left_behind.py"
 
 # Exit codes shared by the scripts (scripts/cluster/lib.sh).
 EXIT_PACKAGES = 3
@@ -175,6 +179,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group("cluster"))
+    # The check that nothing is left behind runs after every other cluster test.
+    last = [it for it in items if Path(str(it.path)).name == LAST_MODULE]
+    items[:] = [it for it in items if it not in last] + last
 
 
 def _unavailable(reason: str) -> None:
@@ -480,6 +487,25 @@ def moosefs_dirs(moosefs_mounts: MooseFSMounts, request: pytest.FixtureRequest) 
 def zotsink_cmd() -> list[str]:
     """argv prefix that runs the zotsink CLI with this interpreter."""
     return [sys.executable, "-m", "zotsink"]
+
+
+@pytest.fixture
+def clusters_down() -> tuple[_Service, ...]:
+    """Every cluster service down: our leases dropped, and no other process holding one."""
+    for service in SERVICES:
+        service.release()
+
+    def nobody_holds_one() -> bool:
+        for service in SERVICES:
+            with _flocked(service.leases / ".lock"):
+                if service._live_leases():
+                    return False
+        return True
+
+    # Other pytest-xdist workers drop theirs when their sessions end.
+    if not _wait_for(nobody_holds_one, timeout=TEST_LOCK_TIMEOUT, interval=0.5):
+        pytest.fail(f"cluster leases still held by live processes after {TEST_LOCK_TIMEOUT} s")
+    return SERVICES
 
 
 @pytest.fixture
