@@ -27,6 +27,10 @@
 #                           (default /var/tmp/zotsink-cluster/moosefs)
 #   ZOTSINK_MOOSEFS_MOUNTS  two mount points (default "/mnt/zotsink-m1 /mnt/zotsink-m2")
 #   ZOTSINK_MOOSEFS_IP      master and chunkserver address (default 10.232.0.1)
+#   ZOTSINK_MOOSEFS_MOUNT_OPTS
+#                           mfsmount -o options of every mount (default mfsioretries=4:
+#                           the default 30 retries make a full file system answer ENOSPC
+#                           only after minutes)
 #   ZOTSINK_MOOSEFS_PORT    base port: master MATOCS PORT, clients PORT+1, metaloggers
 #                           PORT-1, chunkserver PORT+2 (default 19420; not the 942x
 #                           defaults, so another MooseFS on this host does not collide)
@@ -43,6 +47,7 @@ STATE=${ZOTSINK_MOOSEFS_STATE:-/var/tmp/zotsink-cluster/moosefs}
 read -r -a MOUNTS <<<"${ZOTSINK_MOOSEFS_MOUNTS:-/mnt/zotsink-m1 /mnt/zotsink-m2}"
 IP=${ZOTSINK_MOOSEFS_IP:-10.232.0.1}
 PORT=${ZOTSINK_MOOSEFS_PORT:-19420}
+MOUNT_OPTS=${ZOTSINK_MOOSEFS_MOUNT_OPTS-mfsioretries=4}
 PACKAGES=(moosefs-master moosefs-chunkserver moosefs-client)
 
 ETC=$STATE/etc
@@ -164,7 +169,8 @@ mount_one() {  # mount_one INDEX MOUNTPOINT
     if [ -n "$(mount_fstype "$m")" ]; then
         die "$EXIT_PRECONDITION" "$m is already a $(mount_fstype "$m") mount not made by $0; unmount it or set ZOTSINK_MOOSEFS_MOUNTS"
     fi
-    nsenter --net="$(netns)" -- setsid /usr/bin/mfsmount -f -H "$IP" -P $((PORT + 1)) "$m" \
+    nsenter --net="$(netns)" -- setsid /usr/bin/mfsmount -f -H "$IP" -P $((PORT + 1)) \
+        ${MOUNT_OPTS:+-o "$MOUNT_OPTS"} "$m" \
         </dev/null >"$LOGS/mfsmount$i.log" 2>&1 9>&- &
     echo $! >"$pf"
     # mfsmount measures its clock before it mounts: seconds on a busy machine
@@ -269,7 +275,7 @@ cmd_attach() {
     first=${MOUNTS[0]}
     in_node() { nsenter --net="$(netns)" --mount="/proc/$pid/ns/mnt" --pid="/proc/$pid/ns/pid" -- "$@"; }
     in_node mkdir -p "${MOUNTS[@]}"
-    in_node /usr/bin/mfsmount -H "$IP" -P $((PORT + 1)) "$first" </dev/null >"$LOGS/mfsmount-$node.log" 2>&1 9>&- ||
+    in_node /usr/bin/mfsmount -H "$IP" -P $((PORT + 1)) ${MOUNT_OPTS:+-o "$MOUNT_OPTS"} "$first" </dev/null >"$LOGS/mfsmount-$node.log" 2>&1 9>&- ||
         die "$EXIT_FAILED" "mfsmount in $node failed: $(tail -n 1 "$LOGS/mfsmount-$node.log")"
     for _ in $(seq 1 600); do
         if in_node bash -c "$(declare -f is_mfs_mount has_space); is_mfs_mount $first && has_space $first"; then

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import errno
 import fcntl
+import json
 import os
 import select
 import subprocess
@@ -257,6 +258,28 @@ def test_writer_killed_mid_record_leaves_one_fragment_and_frees_the_lock(moosefs
     assert out1.read_bytes() == b"name\tvalue\tend\n" + fragment + b"\n" + rows
     report = verify(out1)
     assert [p.line for p in report.problems] == [2], report.problems
+
+
+def test_doctor_names_moosefs_trusts_its_locks_and_fsyncs(moosefs_dirs, zotsink_cmd):
+    for d in moosefs_dirs:
+        res = subprocess.run(
+            [*zotsink_cmd, "doctor", str(d), "--json"], capture_output=True, text=True, timeout=120
+        )
+        assert res.returncode == 0, res.stderr
+        report = json.loads(res.stdout)
+        assert (report["fstype"], report["filesystem"], report["family"], report["fuse"]) == (
+            "fuse.mfs",
+            "MooseFS",
+            "cluster",
+            True,
+        )
+        assert report["source"].startswith("mfs#")
+        assert (report["locks"], report["lock"], report["sync"]) == ("coherent", "flock", "fsync")
+        assert all(p["ok"] for p in report["probes"].values())
+        assert "ENOSPC" in report["sync_why"]
+        assert "zotsink: locks       coherent: MooseFS passes them to its servers" in res.stderr
+        assert res.stderr.endswith("zotsink: verdict: zotsink can be trusted here\n")
+    assert list(moosefs_dirs.node2.iterdir()) == []  # the probe cleaned up after itself
 
 
 @pytest.fixture
