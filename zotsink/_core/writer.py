@@ -127,7 +127,19 @@ class Writer:
         with self._mutex:
             if self._held is not None:
                 fd, self._held = self._held[0], None
-                os.close(fd)
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    # Some filesystems (MooseFS when full) report a failed write only at
+                    # close(). Where this writer fsyncs, every batch was on the server
+                    # before its append returned; elsewhere the user must hear of it.
+                    if not self.fsync:
+                        raise WriteError(
+                            f"closing {self.path} failed ({e.strerror or e}): the last "
+                            f"records may not have reached it; run `zotsink verify {self.path}`",
+                            path=self.path,
+                            errno=e.errno,
+                        ) from e
 
     def __enter__(self) -> Writer:
         return self
