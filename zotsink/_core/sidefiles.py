@@ -11,7 +11,6 @@ created exclusively (``O_EXCL``) with permissions no wider than OUT's.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 from collections.abc import Iterable
 from typing import Final
@@ -235,6 +234,8 @@ def side_mode(out: str) -> int:
 
 def find_spills(out: str) -> list[str]:
     """Spill files of ``out`` that lie beside it, oldest name first."""
+    import glob  # only recover and a failed append look for spill files
+
     pattern = glob.escape(out) + ".spill.*"
     return sorted(
         p
