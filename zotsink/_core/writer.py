@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import write_all
+from .fileio import check_side_file, write_all
 from .fsinfo import wants_fsync
 from .locking import Locker, open_locked
 
@@ -134,13 +134,21 @@ class Writer:
 
     def _check_regular(self, fd: int) -> None:
         # A side file is only ever a regular file: anything else planted at its name (a FIFO,
-        # a device) could hang the writer or send the records elsewhere.
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        # a device) could hang the writer or send the records elsewhere. In a shared sticky
+        # directory it must also be the user's: another user may have created it first, to
+        # receive these records.
+        st = os.fstat(fd)
+        problem = check_side_file(st, self.path)
+        if problem:
             os.close(fd)
+            regular = stat.S_ISREG(st.st_mode)
+            advice = (
+                "it may have been put there to receive these records" if regular else "remove it"
+            )
             raise WriteError(
-                f"cannot open {self.path} for appending: it is not a regular file; remove it",
+                f"cannot open {self.path} for appending: {problem}; {advice}",
                 path=self.path,
-                errno=errno.EINVAL,
+                errno=errno.EPERM if regular else errno.EINVAL,
             )
         os.set_blocking(fd, True)
 
