@@ -85,9 +85,10 @@ def _owner_alive(path: str) -> bool:
     return True
 
 
-def _open_side(path: str, what: str) -> int:
+def _open_side(path: str) -> int:
     """Open a spill file or journal found by name: never through a link, never blocking on
-    a FIFO, and only a regular file the user could have written. -1 when it is gone."""
+    a FIFO, and only a regular file the user could have written. -1 when it is gone;
+    :class:`_Refused` (saying why, of "it") otherwise."""
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         try:
@@ -98,11 +99,11 @@ def _open_side(path: str, what: str) -> int:
         return -1
     except OSError as e:
         why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
-        raise _Refused(f"cannot open {what} {path}: {why}") from None
+        raise _Refused(why if e.errno == errno.ELOOP else f"cannot open it: {why}") from None
     problem = check_side_file(os.fstat(fd), path)
     if problem:
         os.close(fd)
-        raise _Refused(f"{what} {path}: {problem}")
+        raise _Refused(problem)
     return fd
 
 
@@ -114,12 +115,12 @@ class _Journal:
         self.fields: list[str] | None = None
         self.exists = False
         try:
-            fd = _open_side(self.path, "the journal")
+            fd = _open_side(self.path)
         except _Refused as e:
             raise _Refused(
-                f"{e}; it may have been put there to make recover drop or hang on "
-                "this spill file: move the spill file to a directory of your own "
-                "and name it to `zotsink recover`"
+                f"its journal {self.path}: {e}; it may have been put there to make recover "
+                "drop this spill file unread, or hang: move the spill file to a directory "
+                "of your own and name it (`zotsink recover OUT NEWPATH`)"
             ) from None
         if fd < 0:
             return
@@ -222,7 +223,13 @@ def _recover_one(
     """Append one spill file to OUT and remove it: ``(records, bytes)``; None if gone."""
 
     def opener() -> int:
-        fd = _open_side(path, "the spill file")
+        try:
+            fd = _open_side(path)
+        except _Refused as e:
+            raise _Refused(
+                f"{e}; it may have been put there to slip records into {out}: check it, and "
+                f"if its records belong there, append them with `zotsink {out} < FILE`"
+            ) from None
         if fd < 0:
             raise FileNotFoundError(errno.ENOENT, "gone", path)
         return fd
