@@ -26,7 +26,7 @@ import errno
 import glob
 import os
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from ._core.fileio import check_side_file, fsync_dir, pread_chunks, write_all
 from ._core.locking import Locker, open_locked
@@ -38,7 +38,7 @@ from .errors import UsageError
 __all__ = ["RecoverReport", "recover"]
 
 #: Longest journal recover writes; anything longer was not written by recover.
-_JOURNAL_MAX = 4096
+_JOURNAL_MAX: Final = 4096
 
 
 def _sha256(data: bytes = b"") -> Any:
@@ -56,7 +56,7 @@ class RecoverReport(NamedTuple):
     records: int
     bytes: int
     busy: list[str]  # a writer on this host still runs: it may add more
-    refused: list[tuple[str, str]] = []  # (spill file, why it was not trusted)
+    refused: tuple[tuple[str, str], ...] = ()  # (spill file, why it was not trusted)
 
 
 class _Refused(Exception):
@@ -153,8 +153,14 @@ class _Journal:
         """Write the journal afresh (under OUT's lock); created exclusively, so nothing
         planted at its name meanwhile is written through."""
         if self.exists:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path)  # ours: checked when it was read
+            try:
+                os.remove(self.path)  # checked when it was read: a journal recover wrote
+            except FileNotFoundError:
+                pass
+            except OSError as e:  # the directory's owner wrote it, in a sticky directory
+                raise _Refused(
+                    f"its journal {self.path} cannot be replaced: {e.strerror}"
+                ) from None
         try:
             fd = os.open(
                 self.path,
@@ -175,7 +181,9 @@ class _Journal:
 
     def remove(self) -> None:
         if self.exists:
-            with contextlib.suppress(FileNotFoundError):
+            # Its spill file is gone: a journal left behind proves nothing any more, and
+            # the next recover clears it.
+            with contextlib.suppress(OSError):
                 os.remove(self.path)
 
 
@@ -256,7 +264,16 @@ def _recover_one(
                 pass  # a recover before this one appended them and died before the removal
         # Only now, with the records fsynced in OUT and this file still locked: nobody has
         # added to it since it was read.
-        os.remove(path)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            # The journal stays, so a later recover only tries the removal again.
+            raise _Refused(
+                f"its records are in {out} now, but it cannot be removed ({e.strerror}): "
+                "remove it yourself"
+            ) from None
         fsync_dir(os.path.dirname(path) or ".")
         journal.remove()
         return records, written
@@ -282,7 +299,7 @@ def _check_names(out: str, paths: list[str]) -> None:
         if why is not None:
             bad.append(f"{p} ({why})")
     if bad:
-        base = os.path.basename(out)
+        base = os.path.basename(os.path.abspath(out))
         raise UsageError(
             f"not spill files of {out}: " + "; ".join(bad) + f". recover takes only files "
             f"named {base}.spill.<host>.<pid>[.<n>]: name those, or none to take every one "
@@ -339,7 +356,7 @@ def recover(
             done.append(p)
     if spills is None:
         _clear_orphan_journals(out)
-    return RecoverReport(done, records, size, busy, refused)
+    return RecoverReport(done, records, size, busy, tuple(refused))
 
 
 def _clear_orphan_journals(out: str) -> None:

@@ -355,3 +355,25 @@ def test_journal_digest_is_still_checked(users: tuple[User, User], shared: str, 
     assert r.returncode == 0, r.stderr
     assert Path(out).read_bytes() == b"first\nrec\n"
     assert not os.path.exists(spill) and not os.path.exists(spill + JOURNAL)
+
+
+def test_a_spill_file_recover_may_not_remove_is_appended_once(
+    users: tuple[User, User], shared: str
+) -> None:
+    """A spill file of the directory's owner is trusted (the owner may do anything there),
+    but in a sticky directory only its owner may remove it: its records go into OUT once,
+    and every later recover says the file is left to remove by hand."""
+    victim, owner = users
+    os.chown(shared, owner.uid, owner.gid)
+    out = os.path.join(shared, "out.txt")
+    assert victim.run(out, input=b"first\n", cwd=shared).returncode == 0
+    spill = os.path.join(shared, "out.txt.spill.node-b.5")
+    r = owner.python("import sys; open(sys.argv[1], 'wb').write(b'rec\\n')", spill, cwd=shared)
+    assert r.returncode == 0, r.stderr
+    for _ in range(2):
+        r = victim.run("recover", out, cwd=shared)
+        err = r.stderr.decode()
+        assert r.returncode == 1, err
+        assert f"left {spill}: its records are in {out} now, but it cannot be removed" in err
+        assert Path(out).read_bytes() == b"first\nrec\n"  # appended once, not twice
+        assert Path(spill).read_bytes() == b"rec\n"
