@@ -8,7 +8,9 @@ start-up, and ``import zotsink.cli`` loads no writer at all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds that `import
+# zotsink` alone should not pay. Type checkers treat this name as typing's own.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -54,7 +56,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'zotsink' has no attribute {name!r}")

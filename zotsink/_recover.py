@@ -4,7 +4,7 @@ A spill file (``OUT.spill.<host>.<pid>[.<n>]``) holds batches that could not be 
 (lock timeout, ENOSPC, ...). For each one, recover:
 
 1. opens it without following a link or blocking on a FIFO, and trusts it only as a
-   regular file that the user could have written (see :func:`check_side_file`);
+   regular file of the user's own (see :func:`side_file_problem`);
 2. takes the spill file's own lock, the one its writer holds while it adds a batch, and
    keeps it to the end: its writer may still be alive (on another host, recover cannot
    tell), but it cannot add a byte meanwhile, and once the lock is free again it finds the
@@ -15,7 +15,7 @@ A spill file (``OUT.spill.<host>.<pid>[.<n>]``) holds batches that could not be 
 
 A recover killed between 3 and 4 is repeated safely: the next one finds the journal, sees
 those bytes in OUT, and only removes the spill file. A journal is trusted only when it is a
-regular file the user could have written, and is checked against OUT's bytes; one planted
+regular file of the user's own, and is checked against OUT's bytes; one planted
 by someone else (a forged note, a FIFO) leaves its spill file alone, with the reason.
 """
 
@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
-from ._core.fileio import check_side_file, fsync_dir, pread_chunks, write_all
+from ._core.fileio import fsync_dir, pread_chunks, side_file_problem, write_all
 from ._core.locking import Locker, open_locked
 from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name, spill_name_problem
@@ -87,7 +87,7 @@ def _owner_alive(path: str) -> bool:
 
 def _open_side(path: str) -> int:
     """Open a spill file or journal found by name: never through a link, never blocking on
-    a FIFO, and only a regular file the user could have written. -1 when it is gone;
+    a FIFO, and only a regular file of the user's own. -1 when it is gone;
     :class:`_Refused` (saying why, of "it") otherwise."""
     flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
@@ -100,7 +100,7 @@ def _open_side(path: str) -> int:
     except OSError as e:
         why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
         raise _Refused(why if e.errno == errno.ELOOP else f"cannot open it: {why}") from None
-    problem = check_side_file(os.fstat(fd), path)
+    problem = side_file_problem(os.fstat(fd))
     if problem:
         os.close(fd)
         raise _Refused(problem)
@@ -157,7 +157,7 @@ class _Journal:
                 os.remove(self.path)  # checked when it was read: a journal recover wrote
             except FileNotFoundError:
                 pass
-            except OSError as e:  # the directory's owner wrote it, in a sticky directory
+            except OSError as e:  # the directory no longer lets us
                 raise _Refused(
                     f"its journal {self.path} cannot be replaced: {e.strerror}"
                 ) from None
@@ -170,6 +170,12 @@ class _Journal:
         except FileExistsError:
             raise _Refused(
                 f"someone created {self.path} while recover ran; the spill file is left alone"
+            ) from None
+        except OSError as e:
+            # Without its journal a recover killed after the append would append it again.
+            raise _Refused(
+                f"cannot write its journal {self.path} ({e.strerror}): move the spill file to "
+                "a directory you may write to and name it (`zotsink recover OUT NEWPATH`)"
             ) from None
         self.exists = True
         try:
@@ -366,5 +372,5 @@ def _clear_orphan_journals(out: str) -> None:
             continue
         with contextlib.suppress(OSError):
             st = os.lstat(j)
-            if check_side_file(st, j) is None and st.st_uid == os.geteuid():
+            if side_file_problem(st) is None:
                 os.remove(j)

@@ -357,23 +357,29 @@ def test_journal_digest_is_still_checked(users: tuple[User, User], shared: str, 
     assert not os.path.exists(spill) and not os.path.exists(spill + JOURNAL)
 
 
-def test_a_spill_file_recover_may_not_remove_is_appended_once(
+def test_a_spill_file_whose_journal_cannot_be_written_is_left_whole(
     users: tuple[User, User], shared: str
 ) -> None:
-    """A spill file of the directory's owner is trusted (the owner may do anything there),
-    but in a sticky directory only its owner may remove it: its records go into OUT once,
-    and every later recover says the file is left to remove by hand."""
-    victim, owner = users
-    os.chown(shared, owner.uid, owner.gid)
+    """Without its journal, a recover killed after the append would append it again: a
+    spill file in a directory the user may not write to is left, with what to do."""
+    victim, _ = users
     out = os.path.join(shared, "out.txt")
     assert victim.run(out, input=b"first\n", cwd=shared).returncode == 0
-    spill = os.path.join(shared, "out.txt.spill.node-b.5")
-    r = owner.python("import sys; open(sys.argv[1], 'wb').write(b'rec\\n')", spill, cwd=shared)
+    locked = os.path.join(shared, "readonly")
+    os.mkdir(locked, 0o755)  # root's: the victim may read here, not create files
+    spill = os.path.join(locked, "out.txt.spill.node-b.5")
+    Path(spill).write_bytes(b"rec\n")
+    os.chown(spill, victim.uid, victim.gid)
+    r = victim.run("recover", out, spill, cwd=shared)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert f"left {spill}: cannot write its journal {spill}{JOURNAL}" in err
+    assert "Traceback" not in err
+    assert Path(out).read_bytes() == b"first\n"
+    assert Path(spill).read_bytes() == b"rec\n"
+    # moved where the user may write, it goes in
+    mine = os.path.join(shared, "out.txt.spill.node-b.5")
+    r = victim.python("import shutil, sys; shutil.copy(*sys.argv[1:])", spill, mine, cwd=shared)
     assert r.returncode == 0, r.stderr
-    for _ in range(2):
-        r = victim.run("recover", out, cwd=shared)
-        err = r.stderr.decode()
-        assert r.returncode == 1, err
-        assert f"left {spill}: its records are in {out} now, but it cannot be removed" in err
-        assert Path(out).read_bytes() == b"first\nrec\n"  # appended once, not twice
-        assert Path(spill).read_bytes() == b"rec\n"
+    assert victim.run("recover", out, mine, cwd=shared).returncode == 0
+    assert Path(out).read_bytes() == b"first\nrec\n"

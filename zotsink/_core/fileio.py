@@ -7,7 +7,19 @@ import os
 import stat
 from collections.abc import Iterator
 
-__all__ = ["check_side_file", "fsync_dir", "pread_chunks", "write_all"]
+__all__ = [
+    "RefusedFile",
+    "fsync_dir",
+    "open_for_append",
+    "pread_chunks",
+    "side_file_problem",
+    "write_all",
+]
+
+
+class RefusedFile(OSError):
+    """A file zotsink will not append to (not a regular file, a planted link or file);
+    its ``strerror`` says why and what to do."""
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
@@ -52,39 +64,91 @@ def pread_chunks(fd: int, size: int, chunk: int = 1 << 20, start: int = 0) -> It
         yield data
 
 
-def check_side_file(st: os.stat_result, path: str) -> str | None:
-    """Why the side file at ``path`` (``st``: its fstat) must not be trusted, or None.
+def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[int, bool]:
+    """Open (or create) ``path`` for locked appends: ``(fd, readable)``.
 
-    A side file (``OUT.rejects``, a spill file, a journal) is only ever a regular file. In
-    a directory where others may create files but not remove them (sticky and group- or
-    world-writable: ``/tmp``, a shared scratch), anyone can create a file at a side file's
-    name before its owner does: to receive the records written to it, or to feed records
-    or a forged journal to recover. There it must belong to the user or to the directory's
-    owner, the rule of the kernel's ``protected_regular``. Elsewhere whoever could create
-    it could replace OUT itself, so its owner proves nothing and is not checked.
+    O_RDWR where allowed, so the torn-tail and header checks can pread the same descriptor
+    (opening a second one would drop an fcntl lock the moment it is closed); else O_WRONLY.
+    Only a regular file is ever appended to: a FIFO or device planted at the name would
+    swallow the records or hang the writer (O_NONBLOCK keeps the open itself from hanging).
+    A side file (OUT.rejects) is never followed through a symbolic link and must belong to
+    this user; OUT itself is followed through a link only where the kernel's
+    protected_symlinks rule would allow it (see :func:`_link_allowed`), whatever the sysctl.
+    Raises ``OSError`` with the errno that says why.
+    """
+    flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+    if side_file:
+        flags |= os.O_NOFOLLOW
+    elif not _link_allowed(path):
+        raise RefusedFile(
+            errno.EPERM,
+            "it is a symbolic link in a shared sticky directory that belongs to neither you "
+            "nor the directory's owner, so it is not followed; remove it",
+        )
+    try:
+        fd = os.open(path, flags | os.O_RDWR, mode)
+        readable = True
+    except PermissionError:
+        fd = os.open(path, flags | os.O_WRONLY, mode)
+        readable = False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(errno.EINVAL, "it is not a regular file; remove it")
+        problem = side_file_problem(st) if side_file else None
+        if problem:
+            raise RefusedFile(
+                errno.EPERM,
+                f"{problem}: a side file is only ever your own; remove it or choose another OUT",
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, readable
+
+
+def side_file_problem(st: os.stat_result) -> str | None:
+    """Why a side file found at its name (``st``: its fstat) is not to be trusted, or None.
+
+    Side files are OUT.rejects, spill files and recover's journals. Only a regular file of
+    this user is one: in a shared directory another user may plant a file at the name, to
+    read the records written to it, or to feed records or a forged journal to recover.
     """
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
-    if st.st_uid == os.geteuid():
-        return None
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        d = os.stat(directory)
-    except OSError:
-        return f"it belongs to {_user(st.st_uid)}, not to you, and {directory} cannot be checked"
-    shared = d.st_mode & stat.S_ISVTX and d.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if not shared or st.st_uid == d.st_uid:
-        return None
-    return (
-        f"it belongs to {_user(st.st_uid)}, not to you, in {directory}, where others may "
-        "create files"
-    )
+    if st.st_uid != os.geteuid():
+        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+    return None
 
 
-def _user(uid: int) -> str:
+def _user_name(uid: int) -> str:
     import pwd  # only on this error path
 
     try:
-        return pwd.getpwuid(uid).pw_name
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
-        return f"user {uid}"
+        return f"uid {uid}"
+
+
+def _link_allowed(path: str) -> bool:
+    """Whether a symbolic link at ``path`` may be followed (True when it is no link).
+
+    The kernel's protected_symlinks rule, applied whether or not the sysctl is on: in a
+    sticky, world-writable directory (/tmp, a shared scratch directory) a link is followed
+    only if it belongs to this user or to the directory's owner. Otherwise another user
+    could point OUT at the victim's own private file. Nobody else can replace a link that
+    passed the check: the sticky bit lets only its owner remove or rename it.
+    """
+    try:
+        link = os.lstat(path)
+    except OSError:
+        return True  # nothing there yet (O_CREAT makes a file) or unreadable: open decides
+    if not stat.S_ISLNK(link.st_mode):
+        return True
+    try:
+        parent = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    return not shared or link.st_uid in (os.geteuid(), parent.st_uid)

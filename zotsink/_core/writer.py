@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import check_side_file, write_all
+from .fileio import RefusedFile, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Locker, open_locked
 
@@ -39,6 +38,7 @@ _OPEN_ADVICE: Final = {
     errno.EPERM: "permission denied; choose a place you may write to",
     errno.EROFS: "the filesystem is read-only",
     errno.ELOOP: "it is a symbolic link, which side files never follow",
+    errno.ENXIO: "it is a FIFO or a device, not a regular file; remove it",
     errno.ENOTDIR: "a part of the path is not a directory",
 }
 
@@ -109,48 +109,17 @@ class Writer:
 
     # -- descriptor ---------------------------------------------------------------------
     def _open(self) -> int:
-        # O_RDWR so the torn-tail and header checks can pread the same descriptor: opening
-        # a second one would drop an fcntl lock the moment it is closed.
-        flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        if self.side_file:
-            # O_NONBLOCK: a FIFO planted at a side file's name must not hang the open; it is
-            # refused below and cleared again for the regular file.
-            flags |= os.O_NOFOLLOW | os.O_NONBLOCK
         try:
-            try:
-                fd = os.open(self.path, flags | os.O_RDWR, self.mode)
-                self._readable = True
-            except PermissionError:
-                fd = os.open(self.path, flags | os.O_WRONLY, self.mode)
-                self._readable = False
+            fd, self._readable = open_for_append(self.path, self.mode, side_file=self.side_file)
         except OSError as e:
-            advice = _OPEN_ADVICE.get(e.errno or 0, e.strerror or str(e))
+            if isinstance(e, RefusedFile):
+                advice = e.strerror
+            else:
+                advice = _OPEN_ADVICE.get(e.errno or 0, e.strerror or str(e))
             raise WriteError(
                 f"cannot open {self.path} for appending: {advice}", path=self.path, errno=e.errno
             ) from e
-        if self.side_file:
-            self._check_regular(fd)
         return fd
-
-    def _check_regular(self, fd: int) -> None:
-        # A side file is only ever a regular file: anything else planted at its name (a FIFO,
-        # a device) could hang the writer or send the records elsewhere. In a shared sticky
-        # directory it must also be the user's: another user may have created it first, to
-        # receive these records.
-        st = os.fstat(fd)
-        problem = check_side_file(st, self.path)
-        if problem:
-            os.close(fd)
-            regular = stat.S_ISREG(st.st_mode)
-            advice = (
-                "it may have been put there to receive these records" if regular else "remove it"
-            )
-            raise WriteError(
-                f"cannot open {self.path} for appending: {problem}; {advice}",
-                path=self.path,
-                errno=errno.EPERM if regular else errno.EINVAL,
-            )
-        os.set_blocking(fd, True)
 
     def close(self) -> None:
         with self._mutex:
