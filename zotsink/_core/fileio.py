@@ -24,7 +24,9 @@ class RefusedFile(OSError):
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
     """Write all of ``data``: one write() unless the kernel cuts it short; the bytes written."""
-    done = 0
+    done = os.write(fd, data)
+    if done == len(data):  # the common case: one call, no view
+        return done
     view = memoryview(data)
     while done < len(view):
         n = os.write(fd, view[done:])
