@@ -251,7 +251,7 @@ def _recover_one(
     locker = Locker(lock, path)
     try:
         # The spill file's own lock, held to the end (see the module's docstring).
-        fd, st, _waited = open_locked(path, opener, locker, timeout)
+        (fd, _dev, _ino), st, _waited = open_locked(path, opener, locker, timeout)
     except FileNotFoundError:
         return None  # another recover took it
     try:
