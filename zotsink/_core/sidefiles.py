@@ -140,7 +140,9 @@ def spill(
                 break
             finally:
                 _unlock(locker)
-                os.close(fd)
+                # A full MooseFS fails close() too; after the fsync it can lose nothing.
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             _open_spills[out] = (path, st.st_dev, st.st_ino)
             return path
     count = data.count(b"\n")
