@@ -5,7 +5,8 @@ second after another client appended to it and fsynced, even to a process that h
 lock: fstat, a new open, stat, statx with AT_STATX_FORCE_SYNC and an O_DIRECT read all
 answer from the cache. O_APPEND writes still land at the true end on the server, so
 records stay whole, but a writer must not take a decision on that size: whether OUT is
-empty (and needs its header), or where to cut back after a failed write.
+empty (and needs its header), or where to cut back after a failed write. Where the fsync
+policy applies, the writer asks the server (fsync, then statx) before it decides.
 """
 
 from __future__ import annotations
@@ -32,11 +33,6 @@ def test_a_client_reports_an_old_size_just_after_another_appended(gluster_dirs):
     assert path2.stat().st_size == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the writer decides that OUT is empty (and writes the header) from fstat's size,"
-    " which the second client still reports as 0",
-)
 def test_first_records_through_two_clients_give_one_header(gluster_dirs):
     path1, path2 = gluster_dirs.node1 / "out.tsv", gluster_dirs.node2 / "out.tsv"
     path1.touch()

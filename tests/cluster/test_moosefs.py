@@ -302,12 +302,6 @@ def moosefs_full(moosefs_mounts):
         space("normal")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on a full MooseFS fsync and then close() fail with ENOSPC: spill()'s close()"
-    " in its error path raises, which leaves an empty spill file beside OUT and the batch"
-    " nowhere, and Writer.close() raises the same ENOSPC as a bare OSError",
-)
 def test_records_met_by_a_full_file_system_are_spilled_and_recovered(
     moosefs_dirs, moosefs_full, zotsink_cmd, tmp_path
 ):
