@@ -16,6 +16,7 @@ __all__ = [
     "fsync_dir",
     "open_for_append",
     "pread_chunks",
+    "side_file_problem",
     "write_all",
 ]
 
@@ -100,19 +101,40 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RefusedFile(errno.EINVAL, "it is not a regular file; remove it")
-        if side_file and st.st_uid != os.geteuid():
-            # In a shared directory another user may plant a file at OUT.rejects and read
-            # every record refused there: side files are only ever our own.
+        problem = side_file_problem(st) if side_file else None
+        if problem:
             raise RefusedFile(
                 errno.EPERM,
-                f"it belongs to uid {st.st_uid}, not to you: a side file is only ever your "
-                "own; remove it or choose another OUT",
+                f"{problem}: a side file is only ever your own; remove it or choose another OUT",
             )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd, readable
+
+
+def side_file_problem(st: os.stat_result) -> str | None:
+    """Why a side file found at its name (``st``: its fstat) is not to be trusted, or None.
+
+    Side files are OUT.rejects, spill files and recover's journals. Only a regular file of
+    this user is one: in a shared directory another user may plant a file at the name, to
+    read the records written to it, or to feed records or a forged journal to recover.
+    """
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+    return None
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # only on this error path
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _link_allowed(path: str) -> bool:
