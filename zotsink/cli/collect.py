@@ -95,6 +95,18 @@ class _Bar:
     help="Then delete the collected files (needs --archive, or --yes).",
 )
 @click.option("--yes", is_flag=True, help="Let --remove-sources delete without an archive.")
+@click.option(
+    "--min-age",
+    metavar="SECONDS",
+    help="--remove-sources keeps files modified less than SECONDS ago  [default: 3600].",
+)
+@click.option(
+    "--max-file-size",
+    metavar="SIZE",
+    default="16M",
+    show_default=True,
+    help="Skip (and list) files and archive members bigger than SIZE (K, M, G).",
+)
 @click.option("--strict", is_flag=True, help="A file that cannot be read or parsed is an error.")
 @click.option(
     "--jobs", type=click.IntRange(min=1), help="Parallel readers [default: 1 local, 8 network]."
@@ -124,6 +136,8 @@ def collect_cmd(
     archive: str | None,
     remove_sources: bool,
     yes: bool,
+    min_age: str | None,
+    max_file_size: str,
     strict: bool,
     jobs: int | None,
     progress: bool | None,
@@ -136,6 +150,7 @@ def collect_cmd(
 ) -> None:
     """Merge the tiny files of SOURCE... (directories, files, tar archives, - for a list of
     paths on stdin) into one de-duplicated table OUT, through the locked append path.
+    OUT ending in .jsonl or .parquet is written whole instead (a new file).
 
     \b
       zotsink collect results/ -o results.tsv
@@ -170,6 +185,8 @@ def collect_cmd(
                 archive=archive,
                 remove_sources=remove_sources,
                 yes=yes,
+                min_age=min_age,
+                max_file_size=max_file_size,
                 strict=strict,
                 jobs=jobs,
                 lock=lock,
