@@ -42,7 +42,7 @@ from .archive import Candidates, make_archive, remove_sources
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
 from .read import MAX_FILE_SIZE
-from .sources import Exclude, iter_items
+from .sources import Exclude, count_items, iter_items
 from .spool import Spool
 from .table import OutState, Table, fixed_columns, read_out, source_digest
 
@@ -53,6 +53,8 @@ BATCH_BYTES: Final = 1 << 20
 #: Files between two progress calls.
 _PROGRESS_EVERY: Final = 512
 
+#: ``progress(phase, done, total)``: phase ``read`` (files and skipped entries; total 0 while
+#: unknown, as for an archive) or ``write`` (records).
 Progress = Callable[[str, int, int], None]
 
 
@@ -229,8 +231,14 @@ def _read(
         limit=o.max_file_size,
     )  # fmt: skip
     inp, add, skipped = o.input, table.add, rep.skipped
+    total = 0
+    if progress is not None:  # a second walk of the listings, only for a progress display
+        total = count_items(o.sources, _exclude(o)) or 0
+        progress("read", 0, total)
     n = 0
     for n, it in enumerate(items, 1):
+        if progress is not None and n % _PROGRESS_EVERY == 0:
+            progress("read", n, max(total, n))
         if it.data is None:
             if it.skip is None:
                 rep.already += 1
@@ -253,10 +261,8 @@ def _read(
         rep.files += 1
         if cands is not None and it.path is not None:
             cands.add(n, it.path, it.name, it.data, it.mtime_ns, it.root)
-        if progress is not None and n % _PROGRESS_EVERY == 0:
-            progress("read", rep.files, table.records)
     if progress is not None:
-        progress("read", rep.files, table.records)
+        progress("read", n, n)
 
 
 def _write(

@@ -23,6 +23,7 @@ __all__ = [
     "ARCHIVE_ENDINGS",
     "Exclude",
     "auto_jobs",
+    "count_items",
     "is_archive",
     "iter_items",
 ]
@@ -77,6 +78,24 @@ class Exclude:
         d, base = os.path.split(path)
         rules = self.names_in(d or ".")
         return rules is not None and (base in rules[0] or any(base.startswith(p) for p in rules[1]))
+
+
+def count_items(sources: list[str], exclude: Exclude) -> int | None:
+    """How many items :func:`iter_items` will give, from directory listings alone (no file is
+    opened): for a progress display. None when it cannot be known up front (an archive, a
+    path list on stdin)."""
+    total = 0
+    for src in sources:
+        if src == "-" or (is_archive(src) and not os.path.isdir(src)):
+            return None
+        if not os.path.isdir(src):
+            total += not exclude.hit(src)
+            continue
+        try:
+            total += sum(1 for _ in walk(src, exclude.rules))
+        except OSError:
+            total += 1  # the reader reports it
+    return total
 
 
 def _source_prefix(src: str, multi: bool) -> str:
