@@ -112,3 +112,20 @@ def test_pandas_and_duckdb_read_parquet_and_jsonl_with_the_right_types(tmp_path:
             "extra": "BIGINT",
         }, name
         assert rel.fetchall() == [tuple(r.values()) for r in EXPECTED], name
+
+
+# -- cat OUT -o FILE: the same writer, from a snapshot of OUT -----------------------------
+def test_export_of_an_out_gives_the_same_typed_rows(tmp_path: Path) -> None:
+    from zotsink import UsageError, export
+
+    make(tmp_path)
+    assert cli("d", "-o", "out.tsv", cwd=tmp_path).returncode == 0
+    assert cli("d", "-o", "direct.jsonl", cwd=tmp_path).returncode == 0
+    assert export(tmp_path / "out.tsv", tmp_path / "copy.jsonl") == 3
+    assert (tmp_path / "copy.jsonl").read_bytes() == (tmp_path / "direct.jsonl").read_bytes()
+    with pytest.raises(UsageError, match="exists already"):
+        export(tmp_path / "out.tsv", tmp_path / "copy.jsonl")
+    with pytest.raises(UsageError, match=r"cat -o writes \.jsonl or \.parquet"):
+        export(tmp_path / "out.tsv", tmp_path / "copy.csv")
+    with pytest.raises(UsageError, match=r"does not write \.json files"):
+        export(tmp_path / "out.tsv", tmp_path / "copy.json")

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Final
 
 from .._core.fileio import fsync_dir
-from ..errors import UsageError, WriteError
+from .._core.records import decode_row, encode_row, format_for
+from ..errors import RecordError, UsageError, WriteError
 
 __all__ = [
     "ENDINGS",
@@ -31,6 +32,7 @@ __all__ = [
     "WHOLE",
     "ColumnTypes",
     "check_whole_target",
+    "export",
     "output_format",
     "write_whole",
 ]
@@ -251,3 +253,58 @@ def write_whole(
             os.unlink(tmp)
         raise
     return n, types.names()
+
+
+def export(
+    out: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    temp_dir: str | None = None,
+) -> int:
+    """Write a consistent snapshot of OUT to ``dest`` (``.jsonl`` or ``.parquet``), whole,
+    with the column types inferred; the number of rows written (``zotsink cat OUT -o
+    FILE``). OUT's first line is its header (an OUT in lines format has one column,
+    ``line``). Nothing is written under ``dest`` unless all of it is.
+    """
+    from .._read import read_records
+    from .spool import Spool
+
+    src, path = os.fspath(out), os.fspath(dest)
+    fmt = output_format(path)
+    if fmt not in WHOLE:
+        raise UsageError(
+            f"{path}: cat -o writes .jsonl or .parquet; for a .{fmt} copy redirect stdout: "
+            f"zotsink cat {src} > {path}"
+        )
+    check_whole_target(path, fmt)
+    in_fmt = format_for(src)
+    rows = read_records(src, format=in_fmt, lock=lock, timeout=timeout)
+    header = ["line"] if in_fmt == "lines" else next(rows, None)
+    if header is None:
+        header = []
+    # one snapshot, kept in a spool: the writer reads the rows twice (types, then values)
+    spool = Spool(temp_dir)
+    try:
+        for n, row in enumerate(rows, 2):
+            if len(row) != len(header):
+                raise RecordError(
+                    f"{src}: line {n} has {len(row)} fields where the header has "
+                    f"{len(header)}; run `zotsink verify {src}`",
+                    path=src,
+                )
+            spool.write((encode_row(row, "tsv") + "\n").encode("utf-8", "surrogateescape"))
+
+        def spooled() -> Iterator[list[str]]:
+            rest = b""
+            for chunk in spool.chunks():
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for ln in lines:
+                    yield decode_row(ln.decode("utf-8", "surrogateescape"), "tsv")
+
+        n, _types = write_whole(path, fmt, header, spooled)
+    finally:
+        spool.close()
+    return n
