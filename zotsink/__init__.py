@@ -22,6 +22,8 @@ _LAZY = {
     "Sink": "zotsink._append",
     "append_stream": "zotsink._stream",
     "StreamReport": "zotsink._stream",
+    "append_member": "zotsink._pack.append",
+    "append_members": "zotsink._pack.append",
     # reading
     "read_records": "zotsink._read",
     "snapshot": "zotsink._read",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._collect.collect import CollectReport, collect
     from ._collect.export import export
     from ._doctor.doctor import DoctorReport, doctor
+    from ._pack.append import append_member, append_members
     from ._read import read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._stream import StreamReport, append_stream

@@ -42,7 +42,9 @@ def snapshot(
     """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd."""
     p = os.fspath(path)
     locker = Locker(lock, p)
-    fd, st, _waited = open_locked(p, lambda: _open_for_reading(p), locker, timeout, shared=True)
+    (fd, _dev, _ino), st, _waited = open_locked(
+        p, lambda: _open_for_reading(p), locker, timeout, shared=True
+    )
     try:
         locker.release()
     except BaseException:

@@ -110,11 +110,13 @@ def spill(out: str, data: bytes, *, header: bytes | None = None, mode: int = 0o6
                 os.fsync(fd)
             except OSError as e:
                 errors.append(f"{path}: {e.strerror}")
-                os.close(fd)
+                with contextlib.suppress(OSError):  # a full MooseFS fails close() too
+                    os.close(fd)
                 _remove_quietly(path)
                 break
             st = os.fstat(fd)
-            os.close(fd)
+            with contextlib.suppress(OSError):  # fsynced above: close() can lose nothing now
+                os.close(fd)
             _open_spills[out] = (path, st.st_dev, st.st_ino)
             return path
     count = data.count(b"\n")
