@@ -112,13 +112,14 @@ class ColumnTypes:
     def add(self, row: Sequence[str]) -> None:
         kinds = self.kinds
         for i, v in enumerate(row):
-            if not v:
-                continue
             k = kinds[i]
-            if k <= _INT and _INT_RE.match(v) and -_INT64 <= int(v) < _INT64:
-                kinds[i] = _INT
-            elif k <= _FLOAT and _FLOAT_RE.match(v) and math.isfinite(float(v)):
-                kinds[i] = _FLOAT
+            if not v or k == _STR:
+                continue
+            if _INT_RE.match(v):
+                # past int64 an integer is kept exactly, as text, not rounded to a float
+                kinds[i] = max(k, _INT) if -_INT64 <= int(v) < _INT64 else _STR
+            elif _FLOAT_RE.match(v) and math.isfinite(float(v)):
+                kinds[i] = max(k, _FLOAT)
             else:
                 kinds[i] = _STR
 
