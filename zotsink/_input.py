@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from typing import IO, Final
 
 from ._core import sidefiles
-from ._core.records import MAX_LINE, Encoder, parse_kv
+from ._core.kv import parse_kv
+from ._core.records import MAX_LINE, Encoder
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
@@ -79,7 +80,9 @@ class BlockEncoder:
     def __init__(self, enc: Encoder, kv: str | None) -> None:
         self.enc = enc
         self.kv = kv
-        self.check = enc.columns is not None and enc.fmt != "lines"
+        # What Encoder.check_raw looks at beyond NUL and length: every csv line must parse
+        # as one record, and with a header tsv and csv lines must have its field count.
+        self.check = enc.fmt == "csv" or (enc.columns is not None and enc.fmt == "tsv")
         self.stamp_time = "time" in enc.stamp
         self.line_no = 0  # lines seen so far: refusals are named by line number
         self.rejects: list[tuple[str, bytes]] = []
@@ -118,18 +121,17 @@ class BlockEncoder:
         if not self.check:
             return src.count(b"\n", at, end)
         cols = self.enc.columns
-        assert cols is not None
         if self.enc.fmt == "csv":
-            if (
-                src.find(b'"', at, end) >= 0
-                or src.find(b"\r", at, end) >= 0
-                or src.find(b"\n\n", at, end) >= 0
-                or src[at : at + 1] == b"\n"
-            ):
-                return -1  # quotes, CRs, empty lines (no field at all): the csv module says
+            if src.find(b'"', at, end) >= 0 or src.find(b"\r", at, end) >= 0:
+                return -1  # quoting or a CR: only the csv module can say
+            if cols is None:
+                return src.count(b"\n", at, end)  # no quote: each line is one record
+            if src.find(b"\n\n", at, end) >= 0 or src[at : at + 1] == b"\n":
+                return -1  # an empty line has no field at all
             keep, sep = _NOT_COMMA_NL, b","
         else:
             keep, sep = _NOT_TAB_NL, b"\t"
+        assert cols is not None
         # Delete every byte but separators and newlines: a good block leaves exactly
         # ("sep" * (k-1) + "\n") once per line.
         marks = src[at:end].translate(None, keep)
