@@ -103,15 +103,19 @@ class BlockEncoder:
         ):
             # No line can be refused for a NUL byte or its length: only the field count
             # is left to check, a whole block at a time.
-            n = self._fast_count(src, at, end)
-            if n >= 0:
-                self.line_no += n
-                if not self.enc.stamp:
+            n = -1 if self.enc.stamp and not self.check else self._fast_count(src, at, end)
+            if not self.enc.stamp:
+                if n >= 0:
+                    self.line_no += n
                     return block, n
+            elif n >= 0 or not self.check:
                 prefix = self.enc.stamp_prefix(utc_now() if self.stamp_time else None)
                 # One C-speed replace stamps every line (the same bytes as line by line):
-                # the prefix after each newline, then moved from the end to the front.
+                # the prefix after each newline, then moved from the end to the front. The
+                # growth gives the line count, so the block is not counted a second time.
                 stamped = memoryview(bytes(block).replace(b"\n", b"\n" + prefix))
+                n = (len(stamped) - len(block)) // len(prefix)
+                self.line_no += n
                 return prefix + stamped[: len(stamped) - len(prefix)], n
         return self._encode_lines(bytes(block))
 
