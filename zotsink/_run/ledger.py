@@ -1,0 +1,198 @@
+"""The ledger: one TSV of task events, appended under the lock with fsync, read as a snapshot.
+
+Each row is an event of one task: ``start`` when it starts, ``end`` when it ends, with the
+end's ``status`` (``ok``, ``failed``, ``killed``, ``timeout``, ``interrupted``). A task's
+state is its latest row whose ``key`` is the task's line today: a row written for another
+line (the task list was edited since) says nothing about this one. A ``start`` with no
+``end`` is ``running`` while the ``run`` process that wrote it lives, and ``lost`` once it is
+known dead (same host, process gone); a task with no row is ``never``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
+
+from ..api import read_records
+from ..errors import InputError
+from ..records import Encoder, stamp_values, utc_now
+from ..writer import Writer
+
+__all__ = [
+    "END_STATES",
+    "LEDGER_COLUMNS",
+    "STATES",
+    "Ledger",
+    "LedgerRow",
+    "TaskState",
+    "read_ledger",
+    "states_of",
+]
+
+#: The ledger's header, in order.
+LEDGER_COLUMNS: Final = (
+    "event",
+    "time",
+    "tasknum",
+    "key",
+    "attempt",
+    "job",
+    "array_task",
+    "host",
+    "pid",
+    "status",
+    "exit",
+    "signal",
+    "seconds",
+    "records",
+    "bytes",
+    "note",
+)
+#: ``status`` values of ``end`` rows.
+END_STATES: Final = ("ok", "failed", "killed", "timeout", "interrupted")
+#: Every state a task can be in, in the order reports list them.
+STATES: Final = (*END_STATES, "running", "lost", "never")
+
+
+class LedgerRow(NamedTuple):
+    """One row of the ledger, values as text (``tasknum`` as int)."""
+
+    event: str
+    time: str
+    tasknum: int
+    key: str
+    attempt: str
+    job: str
+    array_task: str
+    host: str
+    pid: str
+    status: str
+    exit: str
+    signal: str
+    seconds: str
+    records: str
+    bytes: str
+    note: str
+
+
+class TaskState(NamedTuple):
+    """Where one task stands: its state, how often it was started, its latest row."""
+
+    tasknum: int
+    state: str
+    starts: int
+    last: LedgerRow | None
+
+
+class Ledger:
+    """Appends rows for the tasks this process runs; every append is locked and fsynced."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock: str = "auto",
+        timeout: float = 600.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.path = os.fspath(path)
+        self.encoder = Encoder("tsv", LEDGER_COLUMNS)
+        # fsync always: a start row must be on disk before the task runs, or a node that
+        # dies takes the knowledge that the task started with it.
+        self.writer = Writer(
+            self.path, lock=lock, sync="fsync", timeout=timeout, header=self.encoder.header_line()
+        )
+        job, array_task, host = stamp_values(("job", "task", "host"), env)
+        self._fixed = (job, array_task, host, str(os.getpid()))
+
+    def start_row(self, tasknum: int, key: str, attempt: int) -> bytes:
+        return self._row("start", tasknum, key, attempt, {})
+
+    def end_row(self, tasknum: int, key: str, attempt: int, **fields: Any) -> bytes:
+        return self._row("end", tasknum, key, attempt, fields)
+
+    def _row(
+        self, event: str, tasknum: int, key: str, attempt: int, fields: Mapping[str, Any]
+    ) -> bytes:
+        job, array_task, host, pid = self._fixed
+        values = [event, utc_now(), tasknum, key, attempt, job, array_task, host, pid]
+        values += [fields.get(c, "") for c in LEDGER_COLUMNS[len(values) :]]
+        return self.encoder.encode(values)
+
+    def append(self, rows: Sequence[bytes], *, spill: bool = True) -> None:
+        """Append rows in one locked, fsynced write (raises LockTimeout/LockError/WriteError).
+
+        With ``spill`` (end rows) rows that cannot be written are saved to a spill file of the
+        ledger, which ``zotsink recover LEDGER`` folds back; start rows are not spilled: the
+        tasks they announce are then not started.
+        """
+        if rows:
+            self.writer.append(b"".join(rows), spill=spill)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_ledger(
+    path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+) -> Iterable[LedgerRow]:
+    """The rows of a ledger, from a consistent snapshot; nothing when it does not exist yet."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        return
+    rows = read_records(p, format="tsv", lock=lock, timeout=timeout)
+    head = next(rows, None)
+    if head is None:
+        return
+    if tuple(head[: len(LEDGER_COLUMNS)]) != LEDGER_COLUMNS:
+        raise InputError(
+            f"{p} is not a zotsink ledger (its first line is not the ledger header); "
+            "give the ledger with --ledger",
+            path=p,
+        )
+    width = len(head)
+    for n, row in enumerate(rows, 2):
+        if len(row) != width or not row[2].isdigit():
+            raise InputError(
+                f"{p} line {n} is not a ledger row; run `zotsink verify {p} -f tsv`", path=p
+            )
+        row[2] = int(row[2])  # type: ignore[call-overload]
+        yield LedgerRow(*row[: len(LEDGER_COLUMNS)])  # type: ignore[arg-type]
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    return True
+
+
+def states_of(
+    keys: Mapping[int, str], rows: Iterable[LedgerRow], *, host: str | None = None
+) -> dict[int, TaskState]:
+    """The state of each task in ``keys`` (task number -> line) from the ledger ``rows``."""
+    last: dict[int, LedgerRow] = {}
+    starts: dict[int, int] = {}
+    for row in rows:
+        if keys.get(row.tasknum) != row.key:
+            continue  # another line had this number once: not this task's history
+        last[row.tasknum] = row
+        if row.event == "start":
+            starts[row.tasknum] = starts.get(row.tasknum, 0) + 1
+    here = os.uname().nodename if host is None else host
+    out: dict[int, TaskState] = {}
+    for num in keys:
+        row = last.get(num)
+        if row is None:
+            state = "never"
+        elif row.event == "start":
+            state = "lost" if row.host == here and not _alive(row.pid) else "running"
+        else:
+            state = row.status if row.status in END_STATES else "failed"
+        out[num] = TaskState(num, state, starts.get(num, 0), row)
+    return out
