@@ -73,9 +73,28 @@ def test_eight_runs_keep_out_log_and_ledger_whole(tmp_path: Path, zotsink_cmd: l
     script = 'seq -f "$1 out %g" 1000; seq -f "$1 err %g" 100 >&2'
     procs = [
         subprocess.Popen(
-            [*zotsink_cmd, "run", str(tasks), "out.txt", "--index", str(i), "--chunk", "8",
-             "--jobs", "4", "--batch-bytes", "4096", "--", "sh", "-c", script, "sh"],
-            cwd=tmp_path, env=child_env(), stderr=subprocess.PIPE,
+            [
+                *zotsink_cmd,
+                "run",
+                str(tasks),
+                "out.txt",
+                "--index",
+                str(i),
+                "--chunk",
+                "8",
+                "--jobs",
+                "4",
+                "--batch-bytes",
+                "4096",
+                "--",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ],
+            cwd=tmp_path,
+            env=child_env(),
+            stderr=subprocess.PIPE,
         )  # fmt: skip
         for i in range(1, 9)
     ]
