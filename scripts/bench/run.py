@@ -89,21 +89,22 @@ def main() -> None:
         "run": lambda d: timed(
             [*zs, "run", "../tasks.txt", "out.tsv", "--kv", "--jobs", "2", "--", py, "../proc.py"],
             d,
-        ),  # fmt: skip
+        ),
         "xargs": lambda d: timed(
             f"xargs -P 2 -n 1 sh -c '{py} ../proc.py \"$0\" | {z} --kv out.tsv'",
             d,
             base / "tasks.txt",
-        ),  # fmt: skip
+        ),
         "tiny": lambda d: timed(
             f"mkdir -p results && xargs -P 2 -n 1 sh -c '{py} ../proc.py \"$0\" > results/$0.out'",
             d,
             base / "tasks.txt",
-        ),  # fmt: skip
+        ),
     }
     print(f"# zotsink run benchmark: {n} tasks, {rounds} rounds, {time.strftime('%F %T %Z')}")
     print(
-        f"# {os.uname().nodename}, {os.cpu_count()} CPUs, uptime: {os.popen('uptime').read().strip()}"
+        f"# {os.uname().nodename}, {os.cpu_count()} CPUs, "
+        f"uptime: {os.popen('uptime').read().strip()}"
     )
     print(f"# in {base}")
     times: dict[str, list[float]] = {k: [] for k in ways}
@@ -120,12 +121,16 @@ def main() -> None:
                 sys.exit(f"{name} round {r}: {got} records, not {n}")
             shutil.rmtree(d)
     for name, ts in times.items():
-        print(f"{name:6s} median {statistics.median(ts):7.2f} s  "
-              f"({min(ts):.2f}-{max(ts):.2f})  {n / statistics.median(ts):6.0f} tasks/s")  # fmt: skip
+        print(
+            f"{name:6s} median {statistics.median(ts):7.2f} s  "
+            f"({min(ts):.2f}-{max(ts):.2f})  {n / statistics.median(ts):6.0f} tasks/s"
+        )
     for other in ("xargs", "tiny"):
         ratios = [a / b for a, b in zip(times["run"], times[other])]
-        print(f"run / {other}: median {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f})")  # fmt: skip
+        print(
+            f"run / {other}: median {statistics.median(ratios):.2f} "
+            f"({min(ratios):.2f}-{max(ratios):.2f})"
+        )
 
     # Per-task overhead of run: tasks of `true`, one at a time.
     run_t: list[float] = []
@@ -136,17 +141,21 @@ def main() -> None:
         pair = [
             lambda d=d: run_t.append(
                 timed([*zs, "run", "../tasks.txt", "out.txt", "--", "true"], d)
-            ),  # fmt: skip
+            ),
             lambda: loop_t.append(spawn_loop(n)),
         ]
         for f in pair if r % 2 == 0 else pair[::-1]:
             f()
         shutil.rmtree(d)
     per = [(a - b) / n * 1000 for a, b in zip(run_t, loop_t)]
-    print(f"true x{n}: run median {statistics.median(run_t):.2f} s, bare spawn loop "
-          f"{statistics.median(loop_t):.2f} s")  # fmt: skip
-    print(f"run's own overhead per task: median {statistics.median(per):.2f} ms "
-          f"({min(per):.2f}-{max(per):.2f}), target <= 5 ms")  # fmt: skip
+    print(
+        f"true x{n}: run median {statistics.median(run_t):.2f} s, bare spawn loop "
+        f"{statistics.median(loop_t):.2f} s"
+    )
+    print(
+        f"run's own overhead per task: median {statistics.median(per):.2f} ms "
+        f"({min(per):.2f}-{max(per):.2f}), target <= 5 ms"
+    )
     print(f"# uptime after: {os.popen('uptime').read().strip()}")
     shutil.rmtree(base)
 

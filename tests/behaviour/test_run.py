@@ -56,18 +56,26 @@ def test_no_index_runs_every_task_once_and_skips_blank_and_comment_lines(
 def test_scheduler_index_and_base_zero(tmp_path: Path, zotsink: Run) -> None:
     tasks = write_tasks(tmp_path / "tasks.txt", 10)
     r = zotsink(
-        "run", tasks, "out.txt", "--chunk", "3", "--base", "0", "--", "echo",
+        "run",
+        tasks,
+        "out.txt",
+        "--chunk",
+        "3",
+        "--base",
+        "0",
+        "--",
+        "echo",
         env={"SLURM_ARRAY_TASK_ID": "1"},
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out.txt").read_text() == "item4\nitem5\nitem6\n"
     r = zotsink("run", tasks, "pbs.txt", "--chunk", "4", "--", "echo", env={"PBS_ARRAYID": "3"})
     assert (tmp_path / "pbs.txt").read_text() == "item9\nitem10\n"  # the last chunk is short
 
 
-def test_eight_runs_keep_out_log_and_ledger_whole(tmp_path: Path, zotsink_cmd: list[str],
-                                                   child_env: Callable[..., dict[str, str]]
-                                                   ) -> None:  # fmt: skip
+def test_eight_runs_keep_out_log_and_ledger_whole(
+    tmp_path: Path, zotsink_cmd: list[str], child_env: Callable[..., dict[str, str]]
+) -> None:
     # 8 runs x 8 tasks, 4 at a time each; every task prints 1000 lines and 100 to stderr.
     tasks = write_tasks(tmp_path / "tasks.txt", 64)
     script = 'seq -f "$1 out %g" 1000; seq -f "$1 err %g" 100 >&2'
@@ -95,7 +103,7 @@ def test_eight_runs_keep_out_log_and_ledger_whole(tmp_path: Path, zotsink_cmd: l
             cwd=tmp_path,
             env=child_env(),
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         for i in range(1, 9)
     ]
     for p in procs:

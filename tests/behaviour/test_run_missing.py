@@ -52,8 +52,9 @@ def ledger(tmp_path: Path) -> tuple[Path, Path, dict[int, str]]:
 
 def test_chunked_spec_names_the_chunks_with_non_ok_tasks(ledger, zotsink: Run) -> None:
     tasks, path, bad = ledger
-    r = zotsink("missing", tasks, "--ledger", path, "--chunk", "100", "--array",
-                "--max-array", "1001")  # fmt: skip
+    r = zotsink(
+        "missing", tasks, "--ledger", path, "--chunk", "100", "--array", "--max-array", "1001"
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.decode().splitlines()
     assert len(lines) == 1
@@ -61,8 +62,9 @@ def test_chunked_spec_names_the_chunks_with_non_ok_tasks(ledger, zotsink: Run) -
     assert base == "1"
     assert expand(spec) == sorted({(n - 1) // 100 + 1 for n in bad})
 
-    only = zotsink("missing", tasks, "--ledger", path, "--chunk", "100", "--array",
-                   "--state", "failed,never")  # fmt: skip
+    only = zotsink(
+        "missing", tasks, "--ledger", path, "--chunk", "100", "--array", "--state", "failed,never"
+    )
     want = {(n - 1) // 100 + 1 for n, s in bad.items() if s in ("failed", "never")}
     assert expand(only.stdout.decode().strip()) == sorted(want)
 

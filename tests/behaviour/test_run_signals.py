@@ -6,6 +6,7 @@ the test waits for those files (events), never for a fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -60,12 +61,26 @@ def tasks(tmp_path: Path) -> Path:
 
 
 def test_usr2_stops_forwards_keeps_output_and_resumes(
-    tmp_path: Path, tasks: Path, zotsink_cmd: list[str], child_env: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    tasks: Path,
+    zotsink_cmd: list[str],
+    child_env: Callable[..., dict[str, str]],
     reap: Callable[[subprocess.Popen], subprocess.Popen],
-) -> None:  # fmt: skip
+) -> None:
     grace = 2.0
-    cmd = [*zotsink_cmd, "run", str(tasks), "out.txt", "--jobs", "3", "--grace", str(grace),
-           "--", "python3", "task.py"]  # fmt: skip
+    cmd = [
+        *zotsink_cmd,
+        "run",
+        str(tasks),
+        "out.txt",
+        "--jobs",
+        "3",
+        "--grace",
+        str(grace),
+        "--",
+        "python3",
+        "task.py",
+    ]
     run = reap(subprocess.Popen(cmd, cwd=tmp_path, env=child_env(), stderr=subprocess.PIPE))
     ready = wait_for_files(tmp_path, "ready.", 3, run)
     t0 = time.monotonic()
@@ -99,12 +114,26 @@ def test_usr2_stops_forwards_keeps_output_and_resumes(
 
 
 def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
-    tmp_path: Path, tasks: Path, zotsink_cmd: list[str], child_env: Callable[..., dict[str, str]],
+    tmp_path: Path,
+    tasks: Path,
+    zotsink_cmd: list[str],
+    child_env: Callable[..., dict[str, str]],
     reap: Callable[[subprocess.Popen], subprocess.Popen],
     zotsink: Callable[..., subprocess.CompletedProcess[bytes]],
-) -> None:  # fmt: skip
-    cmd = [*zotsink_cmd, "run", str(tasks), "out.txt", "--chunk", "2", "--jobs", "2",
-           "--", "python3", "task.py"]  # fmt: skip
+) -> None:
+    cmd = [
+        *zotsink_cmd,
+        "run",
+        str(tasks),
+        "out.txt",
+        "--chunk",
+        "2",
+        "--jobs",
+        "2",
+        "--",
+        "python3",
+        "task.py",
+    ]
     env = child_env({"SLURM_ARRAY_TASK_ID": "2"})  # tasks 3 and 4
     run = reap(subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE))
     ready = wait_for_files(tmp_path, "ready.", 2, run)
@@ -119,8 +148,17 @@ def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
         report = json.loads(st.stdout)
         assert report["counts"]["lost"] == 2
         assert report["not_ok"] == "1-6"
-        miss = zotsink("missing", tasks, "--ledger", "out.txt.ledger", "--state", "lost",
-                       "--chunk", "2", "--array")  # fmt: skip
+        miss = zotsink(
+            "missing",
+            tasks,
+            "--ledger",
+            "out.txt.ledger",
+            "--state",
+            "lost",
+            "--chunk",
+            "2",
+            "--array",
+        )
         assert miss.returncode == 0, miss.stderr
         assert miss.stdout == b"2\n"
         miss = zotsink("missing", tasks, "--ledger", "out.txt.ledger", "--chunk", "2", "--array")
@@ -128,7 +166,5 @@ def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
     finally:
         for f in ready:  # the orphaned tasks run in their own sessions: end them
             pid = int(f.name.rsplit(".", 1)[1])
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
