@@ -165,6 +165,8 @@ class Pool:
         if self.stopping or self.stopper is None or self.stopper.signum is None:
             return
         self.stopping = True
+        # The wakeup pipe stays readable once written: polled on, it would spin the loop.
+        self.poller.unregister(self.stopper.wakeup_fd)
         signum = self.stopper.signum
         self.queue.clear()
         now = time.monotonic()
