@@ -9,9 +9,9 @@ from typing import Any, NamedTuple
 from ..errors import UsageError
 from ..missing import array_spec
 from .ledger import STATES, LedgerRow, TaskState, read_ledger, states_of
-from .tasks import chunk_of, read_tasks, split_spec
+from .tasks import Task, chunk_of, read_tasks, split_spec
 
-__all__ = ["StatusReport", "parse_states", "resubmit_specs", "task_status"]
+__all__ = ["StatusReport", "parse_states", "resubmit_specs", "task_status", "tasks_in"]
 
 
 class StatusReport(NamedTuple):
@@ -134,6 +134,20 @@ def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def tasks_in(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    states: Sequence[str] | str | None = None,
+    lock: str = "auto",
+) -> list[Task]:
+    """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok)."""
+    wanted = parse_states(states)
+    todo, _ = read_tasks(tasks)
+    found = states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock))
+    return [t for t in todo if found[t.num].state in wanted]
+
+
 def resubmit_specs(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
@@ -154,8 +168,7 @@ def resubmit_specs(
         raise UsageError(f"--chunk must be at least 1, not {chunk}")
     if max_array is not None and max_array < 1:
         raise UsageError(f"--max-array must be at least 1, not {max_array}")
-    wanted = parse_states(states)
-    todo, _ = read_tasks(tasks)
-    found = states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock))
-    chunks = sorted({chunk_of(n, chunk, 1) for n, st in found.items() if st.state in wanted})
+    chunks = sorted(
+        {chunk_of(t.num, chunk, 1) for t in tasks_in(tasks, ledger, states=states, lock=lock)}
+    )
     return split_spec(chunks, base, max_array)
