@@ -131,7 +131,8 @@ def run_tasks(
     fmt = format_for(out, format)
     template = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
     book = Ledger(ledger_path, lock=lock, timeout=timeout, env=env)
-    states = states_of({t.num: t.line for t in todo}, read_ledger(ledger_path, lock=lock))
+    keys = {t.num: t.line for t in todo}
+    states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=lock))
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
     runner = Pool(
         queue=queue,
