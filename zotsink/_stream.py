@@ -20,11 +20,11 @@ from typing import Final, NamedTuple
 
 from ._append import make_encoder
 from ._core import sidefiles
-from ._core.records import MAX_LINE, Encoder, format_for, parse_kv
-from ._core.stamp import utc_now
+from ._core.lines import LineEncoder
+from ._core.records import MAX_LINE, format_for
 from ._core.writer import Writer
 from ._signals import Stopper
-from .errors import HeaderMismatch, LockError, LockTimeout, RecordError, UsageError, WriteError
+from .errors import HeaderMismatch, LockError, LockTimeout, UsageError, WriteError
 
 __all__ = ["StreamReport", "append_stream"]
 
@@ -46,63 +46,6 @@ class StreamReport(NamedTuple):
     signal: int | None  # the stop signal, if one came
     lock_wait: float  # seconds spent waiting for the lock
     error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
-
-
-class _Batcher:
-    """Turns chunks of input into encoded batches; refused lines are set aside."""
-
-    def __init__(self, encoder: Encoder, kv: str | None, stamp_time: bool) -> None:
-        self.enc = encoder
-        self.kv = kv
-        self.stamp_time = stamp_time
-        self.rejects: list[tuple[str, bytes]] = []
-        self.line_no = 0
-        # Plain pass-through needs no per-line work unless a NUL byte shows up.
-        self.plain = (
-            kv is None and not encoder.stamp and (encoder.columns is None or encoder.fmt == "lines")
-        )
-
-    def encode(self, block: bytes) -> tuple[bytes, int]:
-        """Encode a block of whole lines (ending in ``\\n``); returns bytes and record count."""
-        n = block.count(b"\n")
-        if self.plain and b"\0" not in block and len(block) <= MAX_LINE:
-            self.line_no += n
-            return block, n
-        now = utc_now() if self.stamp_time else None
-        prefix = self.enc.stamp_prefix(now) if self.enc.stamp and self.kv is None else b""
-        if (
-            prefix
-            and (self.enc.columns is None or self.enc.fmt == "lines")
-            and b"\0" not in block
-            and len(block) <= MAX_LINE
-        ):
-            # Nothing to check line by line: stamp the whole block with one C-speed replace
-            # (the same bytes as the loop below; --stamp streaming 0.26 -> 0.64 of plain).
-            self.line_no += n
-            return prefix + block[:-1].replace(b"\n", b"\n" + prefix) + b"\n", n
-        out: list[bytes] = []
-        good = 0
-        for line in block.split(b"\n")[:-1]:
-            self.line_no += 1
-            if self.kv is not None:
-                try:
-                    if b"\0" in line:
-                        raise RecordError("NUL byte")
-                    text = line.decode("utf-8", "surrogateescape").rstrip("\r")
-                    if not text.strip():
-                        continue  # a blank line is no record in key:value input
-                    out.append(self.enc.encode(parse_kv(text, self.kv), now))
-                    good += 1
-                except RecordError as e:
-                    self.rejects.append((f"line {self.line_no}: {e.message}", line))
-                continue
-            why = self.enc.check_raw(line)
-            if why:
-                self.rejects.append((f"line {self.line_no}: {why}", line))
-                continue
-            out.append(prefix + line + b"\n")
-            good += 1
-        return b"".join(out), good
 
 
 def append_stream(
@@ -136,7 +79,7 @@ def append_stream(
     if not timeout >= 0:
         raise UsageError(f"--timeout must be a number of seconds >= 0, not {timeout!r}")
     writer = Writer(out, lock=lock, sync=sync, header=enc.header_line())
-    batcher = _Batcher(enc, kv, "time" in enc.stamp)
+    batcher = LineEncoder(enc, kv, "time" in enc.stamp)
     st = _State()
     try:
         if data is not None:
@@ -178,7 +121,7 @@ class _State:
 def _pump(
     infd: int,
     writer: Writer,
-    batcher: _Batcher,
+    batcher: LineEncoder,
     st: _State,
     batch_bytes: int,
     interval: float,
@@ -241,7 +184,7 @@ def _pump(
         _write_rejects(writer, batcher, st, timeout)
 
 
-def _take(batcher: _Batcher, st: _State, block: bytes, writer: Writer) -> None:
+def _take(batcher: LineEncoder, st: _State, block: bytes, writer: Writer) -> None:
     data, n = batcher.encode(block)
     if writer.header is None and batcher.enc.columns is not None:
         writer.set_header(batcher.enc.header_line())  # the first key:value line named them
@@ -336,14 +279,14 @@ def _reject(writer: Writer, items: list[tuple[str, bytes]], st: _State, timeout:
         st.error = st.error or e
 
 
-def _write_rejects(writer: Writer, batcher: _Batcher, st: _State, timeout: float) -> None:
+def _write_rejects(writer: Writer, batcher: LineEncoder, st: _State, timeout: float) -> None:
     _reject(writer, batcher.rejects, st, timeout)
     st.rejected += len(batcher.rejects)
     batcher.rejects = []
 
 
 def _reject_overlong(
-    infd: int, out: str, batcher: _Batcher, st: _State, head: bytes | bytearray, timeout: float
+    infd: int, out: str, batcher: LineEncoder, st: _State, head: bytes | bytearray, timeout: float
 ) -> bytes:
     """Stream a line over MAX_LINE to OUT.rejects whole, holding only one chunk at a time.
 
