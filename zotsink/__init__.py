@@ -34,6 +34,11 @@ _LAZY = {
     "missing": "zotsink._check.missing",
     "missing_lines": "zotsink._check.missing",
     "array_spec": "zotsink._check.missing",
+    # run and its ledger
+    "run_tasks": "zotsink._run.runner",
+    "RunReport": "zotsink._run.runner",
+    "task_states": "zotsink._run.runner",
+    "TaskState": "zotsink._run.ledger",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -78,6 +83,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._doctor.doctor import DoctorReport, doctor
     from ._read import read_records, snapshot
     from ._recover import RecoverReport, recover
+    from ._run.ledger import TaskState
+    from ._run.runner import RunReport, run_tasks, task_states
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

@@ -14,10 +14,12 @@ import os
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from ..api import read_records
+from .._core import sidefiles
+from .._core.records import Encoder, decode_row
+from .._core.stamp import stamp_values, utc_now
+from .._core.writer import Writer
+from .._read import read_records
 from ..errors import InputError
-from ..records import Encoder, decode_row, stamp_values, utc_now
-from ..writer import Writer
 
 __all__ = [
     "END_STATES",
@@ -101,9 +103,8 @@ class Ledger:
         self.encoder = Encoder("tsv", LEDGER_COLUMNS)
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
-        self.writer = Writer(
-            self.path, lock=lock, sync="fsync", timeout=timeout, header=self.encoder.header_line()
-        )
+        self.timeout = timeout
+        self.writer = Writer(self.path, lock=lock, sync="fsync", header=self.encoder.header_line())
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
 
@@ -128,8 +129,12 @@ class Ledger:
         ledger, which ``zotsink recover LEDGER`` folds back; start rows are not spilled: the
         tasks they announce are then not started.
         """
-        if rows:
-            self.writer.append(b"".join(rows), spill=spill)
+        if not rows:
+            return
+        if spill:
+            sidefiles.append_or_save(self.writer, b"".join(rows), self.timeout)
+        else:
+            self.writer.append(b"".join(rows), timeout=self.timeout)
 
     def close(self) -> None:
         self.writer.close()

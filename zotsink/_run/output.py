@@ -1,20 +1,20 @@
 """Where the tasks' bytes go: OUT and the shared log, each through one locked writer.
 
-Many tasks feed one :class:`Outlet`: their whole lines are gathered into one batch, written
-when it reaches ``batch_bytes``, when its oldest line is ``flush_interval`` old, and always
-before a task's ``end`` row is written (so a task that the ledger calls done has its records
-in OUT). Nothing is lost: a batch that cannot be appended goes to a spill file, one that
-OUT's header refuses goes to ``OUT.rejects``.
+Many tasks feed one :class:`Outlet`: their whole lines wait in one :class:`Batch`, appended
+when it is big or old enough, and always before a task's ``end`` row is written (so a task
+the ledger calls done has its records in OUT). Nothing is lost: ``append_or_save`` sends a
+batch that cannot be appended to a spill file, one that OUT's header refuses to
+``OUT.rejects``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
-from .. import sidefiles
+from .._core import sidefiles
+from .._core.batch import Batch
+from .._core.writer import Writer
 from ..errors import HeaderMismatch, LockError, WriteError
-from ..writer import Writer
 
 __all__ = ["Outlet"]
 
@@ -24,12 +24,7 @@ class Outlet:
 
     def __init__(self, writer: Writer, batch_bytes: int, flush_interval: float) -> None:
         self.writer = writer
-        self.batch_bytes = batch_bytes
-        self.flush_interval = flush_interval
-        self._buf: list[bytes] = []
-        self._size = 0
-        self._count = 0
-        self._oldest = 0.0
+        self.batch = Batch(batch_bytes, flush_interval)
         self.records = 0  # appended
         self.rejected = 0  # sent to the rejects file
         self.spilled = 0  # saved to spill files
@@ -38,46 +33,30 @@ class Outlet:
         self.error: Exception | None = None  # the first LockError/WriteError/HeaderMismatch
 
     def add(self, data: bytes, count: int, timeout: float) -> None:
-        if not data:
-            return
-        if not self._buf:
-            self._oldest = time.monotonic()
-        self._buf.append(data)
-        self._size += len(data)
-        self._count += count
-        if self._size >= self.batch_bytes:
+        if data and self.batch.add(data, count):
             self.flush(timeout)
 
     def due_in(self, now: float) -> float | None:
         """Seconds until the batch is due by age; None when it is empty."""
-        if not self._buf:
-            return None
-        return max(0.0, self._oldest + self.flush_interval - now)
+        return self.batch.wait(now)
 
     def flush(self, timeout: float) -> None:
         """Append the batch; on failure it is spilled or rejected, and the error kept."""
-        if not self._buf:
+        if not self.batch:
             return
-        data, n = b"".join(self._buf), self._count
-        self._buf, self._size, self._count = [], 0, 0
-        saved = self.writer.timeout
-        self.writer.timeout = timeout
+        data, n = self.batch.take()
         try:
-            self.writer.append(data)
+            sidefiles.append_or_save(self.writer, data, timeout)
             self.records += n
+        except HeaderMismatch as e:
+            self.rejected += n
+            self.rejects_file = e.spill_path
+            self.error = self.error or e
         except (LockError, WriteError) as e:  # LockTimeout is a LockError
             self.spilled += n
             if e.spill_path and e.spill_path not in self.spill_paths:
                 self.spill_paths.append(e.spill_path)
             self.error = self.error or e
-            if e.spill_path is None:
-                raise  # saved nowhere: the caller must say so loudly
-        except HeaderMismatch as e:
-            # Nothing was written to OUT; keep the records where the user will look.
-            self.reject([("header mismatch", ln) for ln in data.splitlines()], timeout)
-            self.error = self.error or e
-        finally:
-            self.writer.timeout = saved
 
     def reject(self, items: Sequence[tuple[str, bytes]], timeout: float) -> None:
         """Append refused lines to ``OUT.rejects`` (or, if that fails, its spill file)."""

@@ -27,27 +27,28 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
-from ..records import Encoder
-from ..stream import STOP_LOCK_TIMEOUT, Stopper, _Batcher
+from .._core.lines import LineEncoder
+from .._core.records import Encoder
+from .._core.stamp import TASKNUM_VAR
+from .._signals import Stopper
+from .._stream import STOP_LOCK_TIMEOUT
 from .ledger import Ledger, TaskState
 from .output import Outlet
 from .tasks import Task
 
-__all__ = ["TASKNUM_VAR", "Pool"]
+__all__ = ["Pool"]
 
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
 KILL_AFTER: Final = 5.0
 #: Seconds a task's pipes may stay open after it exited (a background child holds them).
 PIPE_LINGER: Final = 2.0
 _READ_SIZE: Final = 1 << 16
-#: The variable that tells a task its own task number.
-TASKNUM_VAR: Final = "ZOTSINK_TASKNUM"
 
 
 class _Proc:
     """One running attempt of a task."""
 
-    def __init__(self, task: Task, attempt: int, batcher: _Batcher) -> None:
+    def __init__(self, task: Task, attempt: int, batcher: LineEncoder) -> None:
         self.task = task
         self.attempt = attempt
         self.batcher = batcher
@@ -195,7 +196,7 @@ class Pool:
             self.ends = []
         except Exception as e:
             self.ledger_error = e
-            self._save_ends()
+            self._write_ends()
             self.queue.clear()
             self.stopping = True
             return
@@ -203,13 +204,10 @@ class Pool:
             self._spawn(task, attempt)
 
     def _spawn(self, task: Task, attempt: int) -> None:
-        enc = Encoder(
-            self.template.fmt,
-            self.template.columns,
-            self.template.stamp,
-            env={**self.env, TASKNUM_VAR: str(task.num)},
-        )
-        proc = _Proc(task, attempt, _Batcher(enc, self.kv, "time" in enc.stamp))
+        env = {**self.env, TASKNUM_VAR: str(task.num)}
+        tpl = self.template
+        enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum stamp
+        proc = _Proc(task, attempt, LineEncoder(enc, self.kv, "time" in enc.stamp))
         self.procs.append(proc)
         self.started += 1
         try:
@@ -219,7 +217,7 @@ class Pool:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
-                env={**self.env, TASKNUM_VAR: str(task.num)},
+                env=env,
             )
         except OSError as e:
             proc.notes.append(f"cannot start: {e.strerror or e}")
@@ -272,7 +270,7 @@ class Pool:
         data, n = proc.batcher.encode(block)
         if tpl.columns is None and enc.columns is not None:
             tpl.set_columns(enc.columns)
-            self.out.writer.header = tpl.header_line()
+            self.out.writer.set_header(tpl.header_line())
         proc.records += n
         proc.nbytes += len(data)
         self.out.add(data, n, self._lock_timeout())
@@ -374,10 +372,6 @@ class Pool:
         except Exception as e:  # spilled by the ledger's writer (see Ledger.append)
             self.ledger_error = self.ledger_error or e
         self.ends = []
-
-    def _save_ends(self) -> None:
-        if self.ends:
-            self._write_ends()
 
     def close(self) -> None:
         for proc in self.procs:  # only after an error: nothing may keep running unseen

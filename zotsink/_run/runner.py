@@ -12,11 +12,11 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from ..api import make_encoder
+from .._append import make_encoder
+from .._core.records import format_for
+from .._core.writer import Writer
+from .._signals import Stopper
 from ..errors import UsageError
-from ..records import format_for
-from ..stream import Stopper
-from ..writer import Writer
 from .ledger import Ledger, TaskState, read_ledger, states_of
 from .output import Outlet
 from .pool import Pool
@@ -148,13 +148,11 @@ def run_tasks(
         template=template,
         kv=kv,
         out=Outlet(
-            Writer(out, lock=lock, sync=sync, timeout=timeout, header=template.header_line()),
+            Writer(out, lock=lock, sync=sync, header=template.header_line()),
             batch_bytes,
             flush_interval,
         ),
-        log=Outlet(
-            Writer(log_path, lock=lock, sync=sync, timeout=timeout), batch_bytes, flush_interval
-        ),
+        log=Outlet(Writer(log_path, lock=lock, sync=sync), batch_bytes, flush_interval),
         timeout=timeout,
         stopper=stopper,
     )

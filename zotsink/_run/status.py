@@ -6,8 +6,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .._check.missing import array_spec
 from ..errors import UsageError
-from ..missing import array_spec
 from .ledger import STATES, LedgerRow, TaskState, read_ledger, states_of
 from .tasks import Task, chunk_of, read_tasks, split_spec
 

@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
+from .._check.missing import array_spec
 from ..errors import InputError, UsageError
-from ..missing import array_spec
 
 __all__ = [
     "INDEX_VARS",

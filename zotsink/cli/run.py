@@ -6,15 +6,25 @@ import sys
 
 import click
 
-from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError
-from ..locking import LOCK_KINDS
-from ..writer import SYNC_POLICIES
-from . import run_api, say, set_verbosity
+from ._common import (
+    CONTEXT,
+    MAX_TIMEOUT,
+    Seconds,
+    column_list,
+    lock_options,
+    outcome_code,
+    quiet_option,
+    record_options,
+    run_api,
+    say,
+    set_verbosity,
+    sync_option,
+    verbose_option,
+)
+from .append import MAX_FLUSH_INTERVAL
 
-_CONTEXT = {"help_option_names": ["-h", "--help"]}
 
-
-@click.command("run", context_settings=_CONTEXT)
+@click.command("run", context_settings=CONTEXT)
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path())
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD [ARG ...]")
@@ -52,46 +62,26 @@ _CONTEXT = {"help_option_names": ["-h", "--help"]}
 )
 @click.option(
     "--task-timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=Seconds(MAX_TIMEOUT),
     metavar="SECONDS",
     help="End a task that runs longer (SIGTERM, then SIGKILL); its status: timeout.",
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(0),
+    type=Seconds(MAX_TIMEOUT),
     default=30.0,
     show_default=True,
     help="After a stop signal, seconds the tasks get before SIGTERM and SIGKILL.",
 )
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
 @click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "tsv", "csv", "lines"]),
-    default="auto",
-    show_default=True,
-    help="auto: .tsv/.tab -> tsv, .csv -> csv.",
-)
-@click.option("--columns", metavar="A,B,C", help="The header; checked against OUT's header.")
-@click.option("--kv", metavar="[SEP]", help="The tasks print key:value tokens (SEP ':' or '=').")
-@click.option(
-    "--stamp", metavar="[FIELDS]", help="Prepend provenance: any of time,host,pid,job,task,tasknum."
-)
-@click.option("--lock", type=click.Choice(LOCK_KINDS), default="auto", show_default=True)
-@click.option("--sync", type=click.Choice(SYNC_POLICIES), default="auto", show_default=True)
-@click.option(
-    "--timeout",
-    type=float,
-    default=600.0,
-    show_default=True,
-    help="Longest wait for the lock (s); then the records are spilled, exit 75.",
-)
-@click.option("--batch-bytes", type=int, default=65536, show_default=True)
-@click.option("--flush-interval", type=float, default=1.0, show_default=True)
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
-@click.option("-v", "--verbose", count=True, help="Report what was done.")
+@record_options
+@lock_options
+@sync_option
+@click.option("--batch-bytes", type=click.IntRange(1, 1 << 30), default=65536, show_default=True)
+@click.option("--flush-interval", type=Seconds(MAX_FLUSH_INTERVAL), default=1.0, show_default=True)
+@quiet_option
+@verbose_option
 def run_cmd(
     tasks: str,
     out: str,
@@ -133,9 +123,9 @@ def run_cmd(
     Exit codes: 0 every task ok, 1 a task not ok or records refused, 2 usage,
     74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
     """
+    from .._core.stamp import parse_stamp
     from .._run.runner import run_tasks
-    from ..records import parse_stamp
-    from ..stream import Stopper
+    from .._signals import Stopper
 
     set_verbosity(verbose, quiet)
     stamp_fields = run_api(lambda: parse_stamp(stamp)) if stamp is not None else ()
@@ -157,7 +147,7 @@ def run_cmd(
                 ledger=ledger,
                 log=log,
                 format=fmt,
-                columns=None if columns is None else [c.strip() for c in columns.split(",")],
+                columns=column_list(columns),
                 kv=kv,
                 stamp=stamp_fields,
                 lock=lock,
@@ -172,45 +162,41 @@ def run_cmd(
 
 
 def _report(tasks: str, out: str, r: object) -> int:
-    """Say what happened; the exit code."""
+    """Say what happened; the exit code (see ``outcome_code``: a task not ok counts as 1)."""
     from .._run.runner import RunReport
+    from ..errors import HeaderMismatch
 
     assert isinstance(r, RunReport)
-    code = 0
     counts: dict[str, list[int]] = {}
     for num, state in sorted(r.states.items()):
         counts.setdefault(state, []).append(num)
     parts = [f"{len(nums)} {state}" for state, nums in counts.items()]
     if r.skipped:
         parts.append(f"{r.skipped} already ok")
+    bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     say(
         f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; "
         f"{r.records} records into {out}",
-        level=0 if set(counts) - {"ok"} else 1,
+        level=0 if bad else 1,
     )
-    bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     if bad:
         shown = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
         say(
             f"tasks not ok: {shown}; their stderr is in {r.log_path}; "
             f"`zotsink status {tasks} {out}` shows where all stand"
         )
-        code = 1
     if r.rejected:
         why = "header mismatch" if isinstance(r.error, HeaderMismatch) else "refused"
         say(f"{r.rejected} records {why}; they are in {r.rejects_path}")
-        code = 1
-    if isinstance(r.error, (LockError, WriteError)):
-        click.echo(f"zotsink: error: {r.error}", err=True)
-        code = 75 if isinstance(r.error, LockTimeout) else 74
+    if r.error is not None and not isinstance(r.error, HeaderMismatch):
+        say(f"error: {r.error}")
     if r.spilled:
         say(
             f"{r.spilled} records are safe in {', '.join(r.spill_paths)}; "
             f"run `zotsink recover {out}` when the cause is fixed"
         )
     if r.signal is not None:
-        import signal as _signal
+        import signal
 
-        say(f"stopped by {_signal.Signals(r.signal).name}; what the tasks printed was kept")
-        code = 128 + r.signal
-    return code
+        say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
+    return outcome_code(r.error, r.rejected + len(bad), r.signal)

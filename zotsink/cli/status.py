@@ -7,17 +7,14 @@ import time
 
 import click
 
-from ..locking import LOCK_KINDS
-from . import run_api
-
-_CONTEXT = {"help_option_names": ["-h", "--help"]}
+from ._common import CONTEXT, json_option, lock_options, print_json, run_api
 
 
-@click.command("status", context_settings=_CONTEXT)
+@click.command("status", context_settings=CONTEXT)
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(), required=False)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
     "--interval",
@@ -27,7 +24,7 @@ _CONTEXT = {"help_option_names": ["-h", "--help"]}
     help="Seconds between redraws with --watch.",
 )
 @click.option("--slowest", type=click.IntRange(0), default=5, show_default=True, metavar="N")
-@click.option("--lock", type=click.Choice(LOCK_KINDS), default="auto", show_default=True)
+@lock_options
 def status_cmd(
     tasks: str,
     out: str | None,
@@ -37,6 +34,7 @@ def status_cmd(
     interval: float,
     slowest: int,
     lock: str,
+    timeout: float,
 ) -> None:
     """Counts by state of the tasks of TASKS, the rate, an ETA and the slowest tasks.
 
@@ -51,13 +49,11 @@ def status_cmd(
     if (out is None) == (ledger is None):
         raise click.UsageError("give OUT or --ledger PATH (one of them)")
     path = ledger if ledger is not None else f"{out}.ledger"
-    report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock))
+    report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout))
     if watch:
-        report = _watch(tasks, path, slowest, lock, interval, report)
+        report = _watch(tasks, path, slowest, lock, timeout, interval, report)
     if as_json:
-        import json
-
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
     if not watch or not as_json:
         for line in report.summary():
             click.echo(f"zotsink: {line}", err=True)
@@ -82,7 +78,7 @@ def _bar(report: object, width: int = 30) -> str:
 
 
 def _watch(
-    tasks: str, path: str, slowest: int, lock: str, interval: float, report: object
+    tasks: str, path: str, slowest: int, lock: str, timeout: float, interval: float, report: object
 ) -> object:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
     from .._run.status import StatusReport, task_status
@@ -96,7 +92,9 @@ def _watch(
             if report.settled:
                 break
             time.sleep(interval)
-            report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock))
+            report = run_api(
+                lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout)
+            )
     except KeyboardInterrupt:
         pass
     if tty:
