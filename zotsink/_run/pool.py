@@ -32,9 +32,10 @@ from .._core.records import Encoder
 from .._core.stamp import TASKNUM_VAR
 from .._signals import Stopper
 from .._stream import STOP_LOCK_TIMEOUT
+from ..errors import ZotsinkError
 from .ledger import Ledger, TaskState
 from .output import Outlet
-from .tasks import Task
+from .tasks import Task, task_argv
 
 __all__ = ["Pool"]
 
@@ -63,14 +64,6 @@ class _Proc:
         self.exited_at: float | None = None
         self.kill_at: float | None = None  # SIGKILL due
         self.term_at: float | None = None  # SIGTERM due
-
-
-def _argv(command: Sequence[str], line: str, shell: bool) -> list[str]:
-    if shell:
-        return ["/bin/sh", "-c", line]
-    if any("{}" in a for a in command):
-        return [a.replace("{}", line) for a in command]
-    return [*command, line]
 
 
 class Pool:
@@ -194,7 +187,7 @@ class Pool:
             # Start rows are never spilled: a task whose start cannot be recorded is not run.
             self.book.append(rows, spill=False)
             self.ends = []
-        except Exception as e:
+        except ZotsinkError as e:  # the lock, the write, or a file that is no ledger
             self.ledger_error = e
             self._write_ends()
             self.queue.clear()
@@ -212,7 +205,7 @@ class Pool:
         self.started += 1
         try:
             proc.popen = subprocess.Popen(
-                _argv(self.command, task.line, self.shell),
+                task_argv(self.command, task.line, self.shell),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -338,7 +331,9 @@ class Pool:
         task = proc.task
         rejects = proc.batcher.rejects
         if rejects:
-            self.out.reject([(f"task {task.num} {why}", ln) for why, ln in rejects], self.timeout)
+            self.out.reject(
+                [(f"task {task.num} {why}", ln) for why, ln in rejects], self._lock_timeout()
+            )
             proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
         # Records first, then the row that says they are there.
         self.out.flush(self._lock_timeout())
@@ -369,7 +364,7 @@ class Pool:
             return
         try:
             self.book.append(self.ends)
-        except Exception as e:  # spilled by the ledger's writer (see Ledger.append)
+        except ZotsinkError as e:  # saved to a side file of the ledger (see Ledger.append)
             self.ledger_error = self.ledger_error or e
         self.ends = []
 

@@ -134,6 +134,7 @@ def run_tasks(
     keys = {t.num: t.line for t in todo}
     states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=lock))
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
+    skipped = len(todo) - len(queue)
     runner = Pool(
         queue=queue,
         states=states,
@@ -163,7 +164,7 @@ def run_tasks(
     o = runner.out
     return RunReport(
         selected=len(todo),
-        skipped=len(todo) - len(runner.final) - len(queue),
+        skipped=skipped,
         started=runner.started,
         states=runner.final,
         records=o.records,

@@ -23,6 +23,7 @@ __all__ = [
     "read_tasks",
     "scheduler_index",
     "split_spec",
+    "task_argv",
 ]
 
 #: Where schedulers put the array index, in the order they are looked at.
@@ -134,3 +135,13 @@ def split_spec(chunks: Sequence[int], base: int, max_array: int | None) -> list[
         b = low - g * cap
         out.append((array_spec(c - 1 + b for c in members), b))
     return out
+
+
+def task_argv(command: Sequence[str], line: str, shell: bool) -> list[str]:
+    """The command line for a task: ``{}`` replaced by the line, else the line appended;
+    with ``shell`` the line itself, for ``/bin/sh -c``. Nothing else is interpreted."""
+    if shell:
+        return ["/bin/sh", "-c", line]
+    if any("{}" in a for a in command):
+        return [a.replace("{}", line) for a in command]
+    return [*command, line]
