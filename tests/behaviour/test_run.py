@@ -224,3 +224,20 @@ def test_missing_task_list_is_a_clear_error(tmp_path: Path, zotsink: Run) -> Non
     r = zotsink("run", "nope.txt", "out.txt", "--", "echo")
     assert r.returncode == 1
     assert r.stderr == b"zotsink: error: task list nope.txt does not exist\n"
+
+
+def test_status_watch_off_a_terminal_prints_the_bar_and_stops(tmp_path: Path, zotsink: Run) -> None:
+    tasks = write_tasks(tmp_path / "tasks.txt", 4)
+    assert zotsink("run", tasks, "out.txt", "--", "echo").returncode == 0
+    r = zotsink("status", tasks, "out.txt", "--watch", "--interval", "0.1")
+    assert r.returncode == 0
+    lines = r.stderr.decode().splitlines()
+    assert lines[0] == "[" + "#" * 30 + "] 4/4 ok 100%, 0 running, 0 not ok"
+    assert lines[1] == "zotsink: 4 tasks: 4 ok"
+
+
+def test_status_needs_out_or_ledger(tmp_path: Path, zotsink: Run) -> None:
+    write_tasks(tmp_path / "tasks.txt", 1)
+    r = zotsink("status", "tasks.txt")
+    assert r.returncode == 2
+    assert b"give OUT or --ledger PATH" in r.stderr
