@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink import InputError, UsageError
@@ -81,6 +81,7 @@ def test_split_spec_splits_under_max_array() -> None:
     ]
 
 
+@settings(deadline=None)  # a busy machine must not fail it: nothing here is timed
 @given(
     chunks=st.sets(st.integers(1, 30000), min_size=1, max_size=200),
     base=st.integers(0, 1),
