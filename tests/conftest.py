@@ -27,6 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests run on a loaded machine too (``-n 8`` beside other work): a wall-clock
+# deadline per example would make them fail by timing, not by a property.
+settings.register_profile(
+    "zotsink", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+settings.load_profile("zotsink")
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 

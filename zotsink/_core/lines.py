@@ -10,7 +10,8 @@ for the caller to send to ``OUT.rejects``.
 from __future__ import annotations
 
 from ..errors import RecordError
-from .records import MAX_LINE, Encoder, parse_kv
+from .kv import parse_kv
+from .records import MAX_LINE, Encoder
 from .stamp import utc_now
 
 __all__ = ["LineEncoder"]
@@ -26,8 +27,11 @@ class LineEncoder:
         self.rejects: list[tuple[str, bytes]] = []
         self.line_no = 0
         # Plain pass-through needs no per-line work unless a NUL byte shows up.
+        # (In csv every line is parsed: a quote left open would swallow later records.)
         self.plain = (
-            kv is None and not encoder.stamp and (encoder.columns is None or encoder.fmt == "lines")
+            kv is None
+            and not encoder.stamp
+            and (encoder.fmt == "lines" or (encoder.columns is None and encoder.fmt == "tsv"))
         )
 
     def encode(self, block: bytes) -> tuple[bytes, int]:
