@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, help="tasks per run [2000]")
     ap.add_argument("--rounds", type=int, help="alternating rounds [5]")
     ap.add_argument("--dir", help="where to run (default: a temporary directory)")
+    ap.add_argument("--overhead-only", action="store_true", help="only run's own per-task overhead")
     args = ap.parse_args()
     n = args.tasks or (200 if args.quick else 2000)
     rounds = args.rounds or (1 if args.quick else 5)
@@ -107,9 +108,11 @@ def main() -> None:
         f"uptime: {os.popen('uptime').read().strip()}"
     )
     print(f"# in {base}")
+    if args.overhead_only:
+        ways = {}
     times: dict[str, list[float]] = {k: [] for k in ways}
     order = list(ways)
-    for r in range(rounds):
+    for r in range(rounds if order else 0):
         for name in order[r % len(order) :] + order[: r % len(order)]:
             d = base / f"{name}-{r}"
             d.mkdir()
@@ -125,7 +128,7 @@ def main() -> None:
             f"{name:6s} median {statistics.median(ts):7.2f} s  "
             f"({min(ts):.2f}-{max(ts):.2f})  {n / statistics.median(ts):6.0f} tasks/s"
         )
-    for other in ("xargs", "tiny"):
+    for other in ("xargs", "tiny") if ways else ():
         ratios = [a / b for a, b in zip(times["run"], times[other])]
         print(
             f"run / {other}: median {statistics.median(ratios):.2f} "
