@@ -46,6 +46,7 @@ _LAZY = {
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
+    "export": "zotsink._collect.export",
     "doctor": "zotsink._doctor.doctor",
     "DoctorReport": "zotsink._doctor.doctor",
     # errors and warnings
@@ -84,6 +85,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._check.report import Problem, VerifyReport
     from ._check.verify import repair, verify
     from ._collect.collect import CollectReport, collect
+    from ._collect.export import export
     from ._doctor.doctor import DoctorReport, doctor
     from ._pack.append import append_member, append_members
     from ._read import read_records, snapshot

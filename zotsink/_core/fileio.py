@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import sys
 from collections.abc import Iterator
+from typing import Any, Final
 
-__all__ = ["RefusedFile", "fsync_dir", "open_for_append", "pread_chunks", "write_all"]
+__all__ = [
+    "RefusedFile",
+    "fresh_stat",
+    "fsync_dir",
+    "open_for_append",
+    "pread_chunks",
+    "side_file_problem",
+    "write_all",
+]
 
 
 class RefusedFile(OSError):
@@ -90,19 +101,40 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RefusedFile(errno.EINVAL, "it is not a regular file; remove it")
-        if side_file and st.st_uid != os.geteuid():
-            # In a shared directory another user may plant a file at OUT.rejects and read
-            # every record refused there: side files are only ever our own.
+        problem = side_file_problem(st) if side_file else None
+        if problem:
             raise RefusedFile(
                 errno.EPERM,
-                f"it belongs to uid {st.st_uid}, not to you: a side file is only ever your "
-                "own; remove it or choose another OUT",
+                f"{problem}: a side file is only ever your own; remove it or choose another OUT",
             )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd, readable
+
+
+def side_file_problem(st: os.stat_result) -> str | None:
+    """Why a side file found at its name (``st``: its fstat) is not to be trusted, or None.
+
+    Side files are OUT.rejects, spill files and recover's journals. Only a regular file of
+    this user is one: in a shared directory another user may plant a file at the name, to
+    read the records written to it, or to feed records or a forged journal to recover.
+    """
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+    return None
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # only on this error path
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _link_allowed(path: str) -> bool:
@@ -126,3 +158,51 @@ def _link_allowed(path: str) -> bool:
         return False
     shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
     return not shared or link.st_uid in (os.geteuid(), parent.st_uid)
+
+
+# -- a coherent view of another client's appends -------------------------------------------
+# On network and FUSE filesystems a client may serve a cached size (and cached pages) for a
+# while after another client appended, even under the lock: GlusterFS and NFS both do. pack
+# needs exact sizes (index offsets, where a torn tail starts), so there it asks the server:
+# statx with AT_STATX_FORCE_SYNC for the size, after dropping the file's cached pages so
+# that the bytes read next come from the server too.
+_AT_EMPTY_PATH: Final = 0x1000
+_AT_STATX_FORCE_SYNC: Final = 0x2000
+_STATX_BASIC: Final = 0x7FF
+_statx: list[Any] = []
+
+
+def _load_statx() -> Any:
+    if not _statx:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _statx.append(getattr(libc, "statx", None))
+    return _statx[0]
+
+
+def fresh_stat(fd: int, coherent: bool) -> tuple[int, int, int]:
+    """(device, inode, size) of an open file; with ``coherent``, as the server has it now."""
+    st = os.fstat(fd)
+    ident = (st.st_dev, st.st_ino)
+    if not coherent:
+        return (*ident, st.st_size)
+    with contextlib.suppress(OSError):
+        # fsync goes to the server even with nothing to write, and its reply carries the
+        # file's current attributes: GlusterFS's client refreshes its cached size from it
+        os.fsync(fd)
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    statx = _load_statx()
+    if statx is None:  # no statx in this libc: fstat is the best there is
+        return (*ident, st.st_size)
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    if statx(fd, b"", _AT_EMPTY_PATH | _AT_STATX_FORCE_SYNC, _STATX_BASIC, buf) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            return (*ident, st.st_size)
+        raise OSError(err, os.strerror(err))
+    # struct statx: stx_size is the u64 at byte 40
+    return (*ident, int.from_bytes(buf.raw[40:48], sys.byteorder))

@@ -47,6 +47,10 @@ LOCK_KINDS: Final = ("auto", "flock", "fcntl", "lockfile")
 UNSUPPORTED_ERRNOS: Final = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
 #: errnos of a non-blocking attempt that found the lock held.
 _BUSY: Final = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
+#: errnos of an attempt that failed in passing: tried again in the back-off, like a busy
+#: lock. MooseFS refuses flock with ECANCELED hundreds of times in 20,000 appends when OUT
+#: is opened anew for each one, and the next attempt works; EINTR is a signal in the call.
+_TRANSIENT: Final = frozenset({errno.ECANCELED, errno.EINTR})
 #: How often a file may be found replaced while zotsink tries to lock it before giving up.
 MAX_REOPENS: Final = 100
 #: Age in seconds after which a lockfile marker from another host is taken as abandoned.
@@ -73,7 +77,7 @@ def _attempt(call: Any, fd: int, op: int, kind: str) -> bool:
     try:
         call(fd, op)
     except OSError as e:
-        if e.errno in _BUSY:
+        if e.errno in _BUSY or e.errno in _TRANSIENT:
             return False
         if e.errno in UNSUPPORTED_ERRNOS:
             raise Unsupported(e.errno, f"{kind} locks: {os.strerror(e.errno)}") from e

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import RefusedFile, open_for_append, write_all
+from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
 
@@ -127,7 +127,19 @@ class Writer:
         with self._mutex:
             if self._held is not None:
                 fd, self._held = self._held[0], None
-                os.close(fd)
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    # Some filesystems (MooseFS when full) report a failed write only at
+                    # close(). Where this writer fsyncs, every batch was on the server
+                    # before its append returned; elsewhere the user must hear of it.
+                    if not self.fsync:
+                        raise WriteError(
+                            f"closing {self.path} failed ({e.strerror or e}): the last "
+                            f"records may not have reached it; run `zotsink verify {self.path}`",
+                            path=self.path,
+                            errno=e.errno,
+                        ) from e
 
     def __enter__(self) -> Writer:
         return self
@@ -188,15 +200,25 @@ class Writer:
         held, st, waited = open_locked(self.path, self._open, self.locker, timeout, held=held)
         self._held = held
         fd = held[0]
+        size = st.st_size
+        if self.fsync:
+            # A network or FUSE client (GlusterFS: for about a second) may report the size it
+            # cached before another client appended, even under the lock. Decisions taken on
+            # it (an empty OUT gets the header; a failed write is cut back to it) need the
+            # server's size: the same policy that fsyncs asks for it.
+            size = fresh_stat(fd, True)[2]
+            if size != st.st_size:  # the hook below sees the same, true size
+                st = os.stat_result((*st[:6], size, *st[7:10]))
         if waited:
             self.lock_wait += waited
         try:
-            return self._write_locked(fd, st, data)
+            return self._write_locked(fd, st, size, data)
         finally:
             self.locker.release()
 
-    def _write_locked(self, fd: int, st: os.stat_result, data: bytes | Iterator[bytes]) -> int:
-        size = st.st_size
+    def _write_locked(
+        self, fd: int, st: os.stat_result, size: int, data: bytes | Iterator[bytes]
+    ) -> int:
         ident = (st.st_dev, st.st_ino)
         if self._prepare is not None and isinstance(data, bytes):
             data = self._prepare(fd, st, data)

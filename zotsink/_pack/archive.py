@@ -18,10 +18,9 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .._core.fileio import fsync_dir, write_all
+from .._core.fileio import fresh_stat, fsync_dir, write_all
 from . import tarfmt
 from .index import HEADER, IndexCache, Row, format_rows, index_path
-from .locked import fresh_stat
 from .tarfmt import Member, Reader, TarDamage
 
 __all__ = ["SaveCut", "Settled", "member_row", "rewrite_index", "settle", "sha256_of"]

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .locked import fresh_stat
+from .._core.fileio import fresh_stat
 
 __all__ = [
     "COLUMNS",

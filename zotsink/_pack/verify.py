@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .._core.fileio import fsync_dir, write_all
+from .._core.fileio import fresh_stat, fsync_dir, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from ..errors import InputError
 from . import tarfmt
 from .archive import member_row, rewrite_index, settle, sha256_of
 from .index import IndexCache, Row, index_path, read_index
-from .locked import fresh_stat, locked_archive
+from .locked import locked_archive
 from .tarfmt import TarDamage
 
 __all__ = ["ArchiveReport", "cut_path", "verify_archive"]
