@@ -38,6 +38,11 @@ _LAZY = {
     "missing": "zotsink._check.missing",
     "missing_lines": "zotsink._check.missing",
     "array_spec": "zotsink._check.missing",
+    # run and its ledger
+    "run_tasks": "zotsink._run.runner",
+    "RunReport": "zotsink._run.runner",
+    "task_states": "zotsink._run.runner",
+    "TaskState": "zotsink._run.ledger",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -85,6 +90,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.append import append_member, append_members
     from ._read import read_records, snapshot
     from ._recover import RecoverReport, recover
+    from ._run.ledger import TaskState
+    from ._run.runner import RunReport, run_tasks, task_states
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

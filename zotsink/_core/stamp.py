@@ -1,7 +1,9 @@
 """Provenance: the ``--stamp`` fields, read from the scheduler's environment.
 
 ``job`` is the array's job id for an array task and ``task`` its index, from Slurm, SGE,
-PBS or LSF variables; ``time`` is UTC ISO-8601 with microseconds.
+PBS or LSF variables; ``time`` is UTC ISO-8601 with microseconds; ``tasknum`` is the task's
+line in the task list, which ``zotsink run`` gives each task in ``ZOTSINK_TASKNUM`` (empty
+outside ``run``).
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ from typing import Final
 
 from ..errors import UsageError
 
-__all__ = ["DEFAULT_STAMP", "STAMP_FIELDS", "parse_stamp", "stamp_values", "utc_now"]
+__all__ = [
+    "DEFAULT_STAMP",
+    "STAMP_FIELDS",
+    "TASKNUM_VAR",
+    "parse_stamp",
+    "stamp_values",
+    "utc_now",
+]
 
 #: Provenance fields ``--stamp`` can prepend, and the ones a bare ``--stamp`` picks.
-STAMP_FIELDS: Final = ("time", "host", "pid", "job", "task")
+STAMP_FIELDS: Final = ("time", "host", "pid", "job", "task", "tasknum")
 DEFAULT_STAMP: Final = ("time", "host", "job", "task")
+#: Where ``zotsink run`` tells each task its task number (its line in the task list).
+TASKNUM_VAR: Final = "ZOTSINK_TASKNUM"
 
 
 def parse_stamp(spec: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -74,6 +85,8 @@ def stamp_values(
             out.append(str(os.getpid()))
         elif f == "job":
             out.append(job_id(env))
+        elif f == "tasknum":
+            out.append(env.get(TASKNUM_VAR, ""))
         else:
             out.append(task_id(env))
     return out

@@ -31,6 +31,8 @@ COMMANDS: Final = {
     "recover": ("zotsink.cli.recover", "recover_cmd", "Fold OUT's spill files back into OUT."),
     "doctor": ("zotsink.cli.doctor", "doctor_cmd", "Check a directory's filesystem and locks."),
     "pack": ("zotsink.cli.pack", "pack_cmd", "Append files as members of one shared tar."),
+    "run": ("zotsink.cli.run", "run_cmd", "Run this array element's tasks; a locked ledger."),
+    "status": ("zotsink.cli.status", "status_cmd", "Where the tasks stand, from the ledger."),
 }
 
 

@@ -221,7 +221,7 @@ def record_options(f: F) -> F:
         click.option(
             "--stamp",
             metavar="[FIELDS]",
-            help="Prepend provenance: any of time,host,pid,job,task "
+            help="Prepend provenance: any of time,host,pid,job,task,tasknum "
             "(bare --stamp: time,host,job,task).",
         ),
     )(f)

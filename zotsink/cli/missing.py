@@ -20,11 +20,10 @@ from ._common import (
 
 @click.command("missing", context_settings=CONTEXT)
 @click.argument("inputs", type=click.Path(allow_dash=True))
-@click.argument("out", type=click.Path())
+@click.argument("out", type=click.Path(), required=False)
 @click.option(
     "-k",
     "--key",
-    required=True,
     metavar="COL",
     help="OUT's column holding the task line: a header name or a 1-based number.",
 )
@@ -41,15 +40,30 @@ from ._common import (
     is_flag=True,
     help="Print the missing line numbers as a Slurm --array spec (3,7-9,15).",
 )
+@click.option("--ledger", type=click.Path(), help="Read task states from a `zotsink run` ledger.")
+@click.option("--state", "states", metavar="S,...", help="With --ledger: the states [not ok].")
+@click.option("--chunk", type=click.IntRange(1), default=1, help="With --ledger: tasks per index.")
+@click.option("--base", type=int, default=1, help="With --ledger: the index of the first chunk.")
+@click.option(
+    "--max-array",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --ledger: MaxArraySize; longer specs are split, each line 'SPEC BASE'.",
+)
 @format_option
 @lock_options
 @verbose_option
 def missing_cmd(
     inputs: str,
-    out: str,
-    key: str,
+    out: str | None,
+    key: str | None,
     match: str,
     as_array: bool,
+    ledger: str | None,
+    states: str | None,
+    chunk: int,
+    base: int,
+    max_array: int | None,
     fmt: str,
     lock: str,
     timeout: float,
@@ -64,7 +78,19 @@ def missing_cmd(
     missing, so:
       spec=$(zotsink missing tasks.txt out.tsv --key input --array)
       [ -z "$spec" ] || sbatch --array="$spec" job.sh
+    With --ledger (of `zotsink run`) instead of OUT and --key: the tasks in
+    --state (default: every state but ok), or with --array the indices whose
+    --chunk holds one; see docs/run.md.
     """
+    if ledger is not None:
+        if out is not None or key is not None:
+            raise click.UsageError("--ledger replaces OUT and --key: give either, not both")
+        _from_ledger(inputs, ledger, states, chunk, base, max_array, as_array, lock)
+        return
+    if out is None:
+        raise click.UsageError("Missing argument 'OUT' (or give --ledger PATH).")
+    if key is None:
+        raise click.UsageError("Missing option '-k' / '--key'.")
     from .._check.missing import array_spec, missing_lines
 
     set_verbosity(verbose, False)
@@ -90,3 +116,40 @@ def missing_cmd(
     except BrokenPipeError:
         stdout_closed()
     say(f"{count} tasks of {inputs} have no record in {out}", level=1)
+
+
+def _from_ledger(
+    inputs: str,
+    ledger: str,
+    states: str | None,
+    chunk: int,
+    base: int,
+    max_array: int | None,
+    as_array: bool,
+    lock: str,
+) -> None:
+    from .._run.status import resubmit_specs, tasks_in
+
+    if as_array:
+        specs = run_api(
+            lambda: resubmit_specs(
+                inputs,
+                ledger,
+                states=states,
+                chunk=chunk,
+                base=base,
+                max_array=max_array,
+                lock=lock,
+            )
+        )
+        lines = [f"{spec} {b}" if max_array is not None else spec for spec, b in specs]
+    else:
+        lines = [
+            t.line for t in run_api(lambda: tasks_in(inputs, ledger, states=states, lock=lock))
+        ]
+    try:
+        for line in lines:
+            sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        stdout_closed()

@@ -1,0 +1,70 @@
+"""The ledger: rows written under the lock, states read back (zotsink._run.ledger)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from zotsink import InputError
+from zotsink._run.ledger import LEDGER_COLUMNS, Ledger, read_ledger, states_of
+
+ENV = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3"}
+
+
+def test_rows_round_trip_with_hostile_keys(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    book = Ledger(path, env=ENV)
+    key = "a\tb\\c\nd"
+    book.append([book.start_row(1, key, 1), book.end_row(1, key, 1, status="ok", exit=0)])
+    book.close()
+    lines = path.read_bytes().splitlines()
+    assert lines[0] == "\t".join(LEDGER_COLUMNS).encode()
+    assert len(lines) == 3
+    rows = list(read_ledger(path))
+    assert [(r.event, r.tasknum, r.key, r.job, r.array_task, r.status) for r in rows] == [
+        ("start", 1, key, "77", "3", ""),
+        ("end", 1, key, "77", "3", "ok"),
+    ]
+    assert rows[0].pid == str(os.getpid())
+
+
+def test_states(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    book = Ledger(path, env={})
+    rows = [
+        book.start_row(1, "one", 1),
+        book.end_row(1, "one", 1, status="failed", exit=3),
+        book.start_row(1, "one", 2),
+        book.end_row(1, "one", 2, status="ok", exit=0),
+        book.start_row(2, "two", 1),
+        book.start_row(3, "OLD three", 1),  # the list was edited since: not task 3's row
+        book.end_row(3, "OLD three", 1, status="ok"),
+        book.start_row(5, "five", 1),
+        book.end_row(5, "five", 1, status="interrupted"),
+    ]
+    book.append(rows)
+    book.close()
+    keys = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+    states = states_of(keys, read_ledger(path))
+    assert {n: (s.state, s.starts) for n, s in states.items()} == {
+        1: ("ok", 2),
+        2: ("running", 1),  # this very process wrote it, and lives
+        3: ("never", 0),
+        4: ("never", 0),
+        5: ("interrupted", 1),
+    }
+    # The same rows seen as written by a process that is gone: lost.
+    text = path.read_text().replace(f"\t{os.getpid()}\t", "\t999999999\t")
+    path.write_text(text)
+    assert states_of(keys, read_ledger(path))[2].state == "lost"
+    # On another host nothing can be said about the pid: still running.
+    assert states_of(keys, read_ledger(path), host="elsewhere")[2].state == "running"
+
+
+def test_missing_ledger_is_empty_and_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    assert list(read_ledger(tmp_path / "none")) == []
+    (tmp_path / "x.tsv").write_text("a\tb\n1\t2\n")
+    with pytest.raises(InputError, match="not a zotsink ledger"):
+        list(read_ledger(tmp_path / "x.tsv"))

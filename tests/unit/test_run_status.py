@@ -1,0 +1,88 @@
+"""Status reports and resubmission specs from a ledger (zotsink._run.status)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zotsink import UsageError
+from zotsink._run.ledger import Ledger
+from zotsink._run.status import parse_states, resubmit_specs, task_status, tasks_in
+
+
+def ledger_with(path: Path, rows: list[tuple[str, int, str, dict[str, object]]]) -> None:
+    book = Ledger(path, env={})
+    data = []
+    for event, num, key, fields in rows:
+        if event == "start":
+            data.append(book.start_row(num, key, 1))
+        else:
+            data.append(book.end_row(num, key, 1, **fields))
+    # Rows with chosen times: replace the time column of each row in order.
+    times = iter(f"2026-01-01T00:00:{s:02d}.000000Z" for s in range(0, 60, 2))
+    fixed = []
+    for row in data:
+        cols = row.split(b"\t")
+        cols[1] = next(times).encode()
+        fixed.append(b"\t".join(cols))
+    book.append(fixed)
+    book.close()
+
+
+def test_counts_rate_eta_and_slowest(tmp_path: Path) -> None:
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("a\nb\nc\nd\ne\n")
+    ledger_with(
+        tmp_path / "l",
+        [
+            ("start", 1, "a", {}),  # 00:00
+            ("end", 1, "a", {"status": "ok", "seconds": "2.000"}),  # 00:02
+            ("start", 2, "b", {}),  # 00:04
+            ("end", 2, "b", {"status": "ok", "seconds": "9.500"}),  # 00:06
+            ("start", 3, "c", {}),  # 00:08
+            ("end", 3, "c", {"status": "failed", "exit": 2, "seconds": "0.100"}),  # 00:10
+        ],
+    )
+    r = task_status(tasks, tmp_path / "l", slowest=2)
+    assert r.total == 5
+    assert {k: v for k, v in r.counts.items() if v} == {"ok": 2, "failed": 1, "never": 2}
+    assert r.rate == pytest.approx(2 / 10)
+    assert r.eta == pytest.approx(3 / 0.2)
+    assert r.slowest == [(2, 9.5, "b"), (1, 2.0, "a")]
+    assert not r.all_ok and not r.settled
+    d = r.to_dict()
+    assert d["not_ok"] == "3-5" and d["rate_per_hour"] == 720.0
+    assert r.summary()[0] == "5 tasks: 2 ok, 1 failed, 2 never"
+
+
+def test_no_ledger_yet_means_never(tmp_path: Path) -> None:
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("a\n#b\nc\n")
+    r = task_status(tasks, tmp_path / "none")
+    assert (r.total, r.counts["never"], r.rate, r.eta) == (2, 2, None, None)
+
+
+def test_states_option() -> None:
+    assert parse_states(None) == {
+        "failed", "killed", "timeout", "interrupted", "running", "lost", "never",
+    }  # fmt: skip
+    assert parse_states("failed, running/lost") == {"failed", "running", "lost"}
+    with pytest.raises(UsageError, match="unknown task state 'done'"):
+        parse_states("ok,done")
+
+
+def test_resubmit_specs_and_lines(tmp_path: Path) -> None:
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("".join(f"t{i}\n" for i in range(1, 26)))
+    ledger_with(
+        tmp_path / "l",
+        [("end", n, f"t{n}", {"status": "ok"}) for n in range(1, 26) if n not in (4, 5, 23)]
+        + [("end", 4, "t4", {"status": "failed"})],
+    )
+    # 5 and 23 never ran, 4 failed; chunks of 10
+    assert resubmit_specs(tasks, tmp_path / "l", chunk=10) == [("1,3", 1)]
+    assert resubmit_specs(tasks, tmp_path / "l", chunk=10, base=0) == [("0,2", 0)]
+    assert resubmit_specs(tasks, tmp_path / "l", states="failed") == [("4", 1)]
+    assert resubmit_specs(tasks, tmp_path / "l", max_array=11) == [("4-5", 1), ("3", -19)]
+    assert [t.line for t in tasks_in(tasks, tmp_path / "l")] == ["t4", "t5", "t23"]

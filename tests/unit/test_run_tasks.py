@@ -1,0 +1,103 @@
+"""Task lists, chunks and array specs (zotsink._run.tasks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zotsink import InputError, UsageError
+from zotsink._run.tasks import chunk_of, chunk_range, read_tasks, scheduler_index, split_spec
+
+
+def expand(spec: str) -> list[int]:
+    out: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def test_read_tasks_numbers_every_line_and_runs_only_real_ones(tmp_path: Path) -> None:
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"a\n\n  # c\nb\r\n\xff name\n \nlast")
+    tasks, n = read_tasks(p)
+    assert n == 7
+    assert [(t.num, t.line) for t in tasks] == [(1, "a"), (4, "b"), (5, "\udcff name"), (7, "last")]
+
+
+def test_read_tasks_refuses_binary_and_missing(tmp_path: Path) -> None:
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"a\nb\0c\n")
+    with pytest.raises(InputError, match="line 2 holds a NUL byte"):
+        read_tasks(p)
+    with pytest.raises(InputError, match="does not exist"):
+        read_tasks(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    ("env", "index"),
+    [
+        ({}, None),
+        ({"SLURM_ARRAY_TASK_ID": "7"}, 7),
+        ({"SGE_TASK_ID": "undefined"}, None),
+        ({"SGE_TASK_ID": "3"}, 3),
+        ({"PBS_ARRAY_INDEX": "0"}, 0),
+        ({"PBS_ARRAYID": "12"}, 12),
+        ({"LSB_JOBINDEX": "0"}, None),
+        ({"LSB_JOBINDEX": "4"}, 4),
+    ],
+)
+def test_scheduler_index(env: dict[str, str], index: int | None) -> None:
+    assert scheduler_index(env) == index
+
+
+def test_scheduler_index_that_is_no_number_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="SLURM_ARRAY_TASK_ID='x'"):
+        scheduler_index({"SLURM_ARRAY_TASK_ID": "x"})
+
+
+def test_chunk_range() -> None:
+    assert list(chunk_range(3, 10, 1)) == list(range(21, 31))
+    assert list(chunk_range(0, 10, 0)) == list(range(1, 11))
+    assert list(chunk_range(5, 1, -995)) == [1001]
+    with pytest.raises(UsageError, match="below --base"):
+        chunk_range(0, 10, 1)
+
+
+def test_split_spec_fits_in_one_line() -> None:
+    assert split_spec([1, 2, 3, 7], 1, 1001) == [("1-3,7", 1)]
+    assert split_spec([1, 2, 3, 7], 0, None) == [("0-2,6", 0)]
+    assert split_spec([], 1, 1001) == []
+
+
+def test_split_spec_splits_under_max_array() -> None:
+    assert split_spec([5, 1000, 1001, 2500], 1, 1001) == [
+        ("5,1000", 1),
+        ("1", -999),
+        ("500", -1999),
+    ]
+
+
+@settings(deadline=None)  # a busy machine must not fail it: nothing here is timed
+@given(
+    chunks=st.sets(st.integers(1, 30000), min_size=1, max_size=200),
+    base=st.integers(0, 1),
+    max_array=st.integers(2, 5000),
+)
+def test_split_spec_round_trips(chunks: set[int], base: int, max_array: int) -> None:
+    got: list[int] = []
+    for spec, b in split_spec(sorted(chunks), base, max_array):
+        for index in expand(spec):
+            assert base <= index < max_array
+            assert list(chunk_range(index, 1, b)) == [index - b + 1]
+            got.append(index - b + 1)
+    assert sorted(got) == sorted(chunks)
+
+
+def test_chunk_of_inverts_chunk_range() -> None:
+    for index in range(1, 20):
+        for t in chunk_range(index, 7, 1):
+            assert chunk_of(t, 7, 1) == index

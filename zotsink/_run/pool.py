@@ -1,0 +1,399 @@
+"""The pool: up to ``jobs`` task processes, read through one ``poll`` loop.
+
+Each child runs in its own session (so a signal reaches everything it started) with stdin
+from ``/dev/null`` and its stdout and stderr on pipes read here: whole stdout lines go
+through the locked append path into OUT, stderr lines, prefixed with the task number, into
+the one shared log.
+
+Ledger rows cost a locked, fsynced append each, so they are gathered: the ``end`` rows of
+the tasks that finished and the ``start`` rows of the tasks about to start go in ONE append,
+and that append is on disk before any of those tasks is started. A task's ``end`` row is
+written only after its records are in OUT (or in a side file beside it).
+
+Stop signals (walltime warnings, ``scancel``, Ctrl-C) start nothing new, are forwarded to
+each running task's process group, and after ``grace`` seconds the tasks still running get
+SIGTERM and then SIGKILL. What they printed is kept; their ``end`` rows say ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Final
+
+from .._core.records import Encoder
+from .._core.stamp import TASKNUM_VAR
+from .._input import BlockEncoder
+from .._signals import Stopper
+from .._stream import STOP_LOCK_TIMEOUT
+from ..errors import ZotsinkError
+from .ledger import Ledger, TaskState
+from .output import Outlet
+from .tasks import Task, task_argv
+
+__all__ = ["Pool"]
+
+#: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
+KILL_AFTER: Final = 5.0
+#: Seconds a task's pipes may stay open after it exited (a background child holds them).
+PIPE_LINGER: Final = 2.0
+_READ_SIZE: Final = 1 << 16
+
+
+class _Proc:
+    """One running attempt of a task."""
+
+    def __init__(self, task: Task, attempt: int, batcher: BlockEncoder) -> None:
+        self.task = task
+        self.attempt = attempt
+        self.batcher = batcher
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.started = time.monotonic()
+        self.fds: dict[int, bytearray] = {}  # open pipe -> its unfinished last line
+        self.out_fd = self.err_fd = -1
+        self.records = 0
+        self.nbytes = 0
+        self.notes: list[str] = []
+        self.status: str | None = None  # set when zotsink ends the task: timeout, interrupted
+        self.exited_at: float | None = None
+        self.kill_at: float | None = None  # SIGKILL due
+        self.term_at: float | None = None  # SIGTERM due
+        self.reap_wait = 0.0005  # seconds until the next look for its exit
+
+
+class Pool:
+    """The poll loop of one ``run``."""
+
+    def __init__(
+        self,
+        *,
+        queue: deque[Task],
+        states: dict[int, TaskState],
+        command: Sequence[str],
+        shell: bool,
+        jobs: int,
+        retries: int,
+        task_timeout: float | None,
+        grace: float,
+        env: dict[str, str],
+        book: Ledger,
+        template: Encoder,
+        kv: str | None,
+        out: Outlet,
+        log: Outlet,
+        timeout: float,
+        stopper: Stopper | None,
+    ) -> None:
+        self.queue = queue
+        self.states = states
+        self.command = list(command)
+        self.shell = shell
+        self.jobs = jobs
+        self.retries = retries
+        self.task_timeout = task_timeout
+        self.grace = grace
+        self.env = env
+        self.book = book
+        self.template = template
+        self.kv = kv
+        self.out = out
+        self.log = log
+        self.timeout = timeout
+        self.stopper = stopper
+        self.poller = select.poll()
+        if stopper is not None:
+            self.poller.register(stopper.wakeup_fd, select.POLLIN)
+        self.running: dict[int, _Proc] = {}  # pipe fd -> its task
+        self.procs: list[_Proc] = []
+        self.ends: list[bytes] = []  # end rows not yet in the ledger
+        self.tries: dict[int, int] = {}  # attempts in this run, per task
+        self.final: dict[int, str] = {}
+        self.started = 0
+        self.stopping = False
+        self.ledger_error: Exception | None = None
+
+    # -- the loop ----------------------------------------------------------------------------
+    def loop(self) -> None:
+        while True:
+            self._check_stop()
+            self._start_next()
+            if not self.procs:
+                break
+            events = self.poller.poll(self._wait_ms())
+            for fd, _ev in events:
+                proc = self.running.get(fd)
+                if proc is not None:
+                    self._read(proc, fd)
+            now = time.monotonic()
+            for proc in list(self.procs):
+                self._tend(proc, now)
+            if self.out.due_in(now) == 0.0:
+                self.out.flush(self._lock_timeout())
+            if self.log.due_in(now) == 0.0:
+                self.log.flush(self._lock_timeout())
+        self.out.flush(self._lock_timeout())
+        self.log.flush(self._lock_timeout())
+        self._write_ends()
+
+    def _lock_timeout(self) -> float:
+        return min(self.timeout, STOP_LOCK_TIMEOUT) if self.stopping else self.timeout
+
+    def _wait_ms(self) -> int:
+        now = time.monotonic()
+        waits = [self.out.due_in(now), self.log.due_in(now)]
+        for p in self.procs:
+            if p.exited_at is not None or not p.fds:
+                # Exited, or its pipes closed: the exit follows within microseconds, so look
+                # again soon, then less often (a fixed 10 ms cost each `true` task 10 ms).
+                waits.append(p.reap_wait)
+                p.reap_wait = min(p.reap_wait * 2, 0.05)
+            else:
+                waits.append(1.0)  # look for a task that exited behind an open pipe
+            waits += [p.term_at and p.term_at - now, p.kill_at and p.kill_at - now]
+        due = [w for w in waits if w is not None]
+        return max(0, math.ceil(min(due) * 1000)) if due else -1
+
+    def _check_stop(self) -> None:
+        if self.stopping or self.stopper is None or self.stopper.signum is None:
+            return
+        self.stopping = True
+        # The wakeup pipe stays readable once written: polled on, it would spin the loop.
+        self.poller.unregister(self.stopper.wakeup_fd)
+        signum = self.stopper.signum
+        self.queue.clear()
+        now = time.monotonic()
+        for p in self.procs:
+            p.status = "interrupted"
+            _signal_group(p, signum)
+            p.term_at = now + self.grace
+
+    # -- starting ----------------------------------------------------------------------------
+    def _start_next(self) -> None:
+        batch: list[tuple[Task, int]] = []
+        while self.queue and not self.stopping and len(self.procs) + len(batch) < self.jobs:
+            task = self.queue.popleft()
+            self.tries[task.num] = self.tries.get(task.num, 0) + 1
+            attempt = self.states[task.num].starts + self.tries[task.num]
+            batch.append((task, attempt))
+        if not batch:
+            if not self.procs:
+                self._write_ends()
+            return
+        starts = [self.book.start_row(t.num, t.line, a) for t, a in batch]
+        rows = self.ends + starts
+        try:
+            # Start rows are never spilled: a task whose start cannot be recorded is not run.
+            self.book.append(rows, spill=False)
+            self.ends = []
+        except ZotsinkError as e:  # the lock, the write, or a file that is no ledger
+            self.ledger_error = e
+            self._write_ends()
+            self.queue.clear()
+            self.stopping = True
+            return
+        for task, attempt in batch:
+            self._spawn(task, attempt)
+
+    def _spawn(self, task: Task, attempt: int) -> None:
+        env = {**self.env, TASKNUM_VAR: str(task.num)}
+        tpl = self.template
+        enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum stamp
+        proc = _Proc(task, attempt, BlockEncoder(enc, self.kv))
+        self.procs.append(proc)
+        self.started += 1
+        try:
+            proc.popen = subprocess.Popen(
+                task_argv(self.command, task.line, self.shell),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
+            )
+        except OSError as e:
+            proc.notes.append(f"cannot start: {e.strerror or e}")
+            self._log(task.num, f"zotsink: cannot start the task: {e.strerror or e}".encode())
+            proc.exited_at = time.monotonic()
+            return
+        assert proc.popen.stdout is not None and proc.popen.stderr is not None
+        proc.out_fd = proc.popen.stdout.fileno()
+        proc.err_fd = proc.popen.stderr.fileno()
+        for fd in (proc.out_fd, proc.err_fd):
+            proc.fds[fd] = bytearray()
+            self.running[fd] = proc
+            self.poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if self.task_timeout is not None:
+            proc.term_at = proc.started + self.task_timeout
+
+    # -- reading -----------------------------------------------------------------------------
+    def _read(self, proc: _Proc, fd: int) -> None:
+        try:
+            chunk = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            raise
+        except OSError:
+            chunk = b""
+        pending = proc.fds[fd]
+        if not chunk:
+            if pending:
+                if fd == proc.out_fd:
+                    proc.notes.append("no newline at the end of the output: one was added")
+                self._lines(proc, fd, bytes(pending) + b"\n")
+            self._close(proc, fd)
+            return
+        nl = chunk.rfind(b"\n")
+        if nl < 0:
+            pending += chunk
+            return
+        block = bytes(pending) + chunk[: nl + 1] if pending else chunk[: nl + 1]
+        proc.fds[fd] = bytearray(chunk[nl + 1 :])
+        self._lines(proc, fd, block)
+
+    def _lines(self, proc: _Proc, fd: int, block: bytes) -> None:
+        if fd == proc.err_fd:
+            for line in block[:-1].split(b"\n"):
+                self._log(proc.task.num, line)
+            return
+        enc = proc.batcher.enc
+        tpl = self.template
+        if enc.columns is None and tpl.columns is not None:
+            enc.set_columns(tpl.columns)  # another task's first key:value line named them
+        data, n = proc.batcher.encode(block)
+        if tpl.columns is None and enc.columns is not None:
+            tpl.set_columns(enc.columns)
+            self.out.writer.set_header(tpl.header_line())
+        proc.records += n
+        proc.nbytes += len(data)
+        self.out.add(data, n, self._lock_timeout())
+
+    def _log(self, num: int, line: bytes) -> None:
+        self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1, self._lock_timeout())
+
+    def _close(self, proc: _Proc, fd: int) -> None:
+        self.poller.unregister(fd)
+        del self.running[fd]
+        del proc.fds[fd]
+        os.close(fd)
+        if fd == proc.out_fd:
+            assert proc.popen is not None and proc.popen.stdout is not None
+            proc.popen.stdout = None  # closed here; Popen must not close the number again
+        else:
+            assert proc.popen is not None
+            proc.popen.stderr = None
+
+    # -- ending ------------------------------------------------------------------------------
+    def _tend(self, proc: _Proc, now: float) -> None:
+        if proc.exited_at is None and proc.popen is not None and proc.popen.poll() is not None:
+            proc.exited_at = now
+        if proc.exited_at is not None and proc.fds and now - proc.exited_at >= PIPE_LINGER:
+            # The task is gone but something it started holds its pipes: take what is there.
+            proc.notes.append("its output stayed open after it exited (a background process?)")
+            for fd in list(proc.fds):
+                self._drain(proc, fd)
+        if proc.exited_at is not None and not proc.fds:
+            self._finish(proc)
+            return
+        if proc.term_at is not None and now >= proc.term_at:
+            if proc.status is None:
+                proc.status = "timeout"
+            _signal_group(proc, signal.SIGTERM)
+            proc.term_at = None
+            proc.kill_at = now + KILL_AFTER
+        elif proc.kill_at is not None and now >= proc.kill_at:
+            _signal_group(proc, signal.SIGKILL)
+            proc.kill_at = None
+
+    def _drain(self, proc: _Proc, fd: int) -> None:
+        os.set_blocking(fd, False)
+        while fd in proc.fds:
+            try:
+                self._read(proc, fd)
+            except BlockingIOError:
+                pending = proc.fds[fd]
+                if pending:
+                    self._lines(proc, fd, bytes(pending) + b"\n")
+                self._close(proc, fd)
+
+    def _finish(self, proc: _Proc) -> None:
+        self.procs.remove(proc)
+        code = proc.popen.returncode if proc.popen is not None else 127
+        exit_code, signum = (code, "") if code >= 0 else ("", -code)
+        if proc.status is not None:
+            status = proc.status
+        elif code == 0:
+            status = "ok"
+        elif code < 0:
+            status = "killed"
+        else:
+            status = "failed"
+        task = proc.task
+        rejects = proc.batcher.rejects
+        if rejects:
+            self.out.reject(
+                [(f"task {task.num} {why}", ln) for why, ln in rejects], self._lock_timeout()
+            )
+            proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
+        # Records first, then the row that says they are there.
+        self.out.flush(self._lock_timeout())
+        self.log.flush(self._lock_timeout())
+        self.ends.append(
+            self.book.end_row(
+                task.num,
+                task.line,
+                proc.attempt,
+                status=status,
+                exit=exit_code,
+                signal=_signame(signum) if signum else "",
+                seconds=f"{time.monotonic() - proc.started:.3f}",
+                records=proc.records,
+                bytes=proc.nbytes,
+                note="; ".join(proc.notes),
+            )
+        )
+        self.final[task.num] = status
+        retry = status in ("failed", "killed", "timeout") and self.tries[task.num] <= self.retries
+        if retry and not self.stopping:
+            self.queue.appendleft(task)
+        if not self.queue or self.stopping:
+            self._write_ends()  # nothing will start soon to carry them
+
+    def _write_ends(self) -> None:
+        if not self.ends:
+            return
+        try:
+            self.book.append(self.ends)
+        except ZotsinkError as e:  # saved to a side file of the ledger (see Ledger.append)
+            self.ledger_error = self.ledger_error or e
+        self.ends = []
+
+    def close(self) -> None:
+        for proc in self.procs:  # only after an error: nothing may keep running unseen
+            _signal_group(proc, signal.SIGKILL)
+            if proc.popen is not None:
+                proc.popen.wait()
+        for fd in list(self.running):
+            os.close(fd)
+        self.out.close()
+        self.log.close()
+        self.book.close()
+
+
+def _signal_group(proc: _Proc, signum: int) -> None:
+    if proc.popen is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(proc.popen.pid, signum)
+
+
+def _signame(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)

@@ -1,0 +1,179 @@
+"""``run_tasks`` and ``task_states``: the Python side of ``zotsink run`` and ``zotsink status``.
+
+``run_tasks`` picks this array element's tasks, drops those the ledger says are ``ok``, and
+hands the rest to the :class:`~zotsink._run.pool.Pool` with OUT, the log and the ledger
+opened through the locked append path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from .._append import make_encoder
+from .._core.records import format_for
+from .._core.writer import Writer
+from .._signals import Stopper
+from ..errors import UsageError
+from .ledger import Ledger, TaskState, read_ledger, states_of
+from .output import Outlet
+from .pool import Pool
+from .tasks import chunk_range, read_tasks, scheduler_index
+
+__all__ = ["RunReport", "run_tasks", "task_states"]
+
+
+class RunReport(NamedTuple):
+    """What one ``run`` did."""
+
+    selected: int  # tasks chosen by --index/--chunk (all runnable tasks without an index)
+    skipped: int  # already ok in the ledger
+    started: int  # attempts started
+    states: dict[int, str]  # the final state of every task this run started
+    records: int  # appended to OUT
+    rejected: int  # refused lines, in OUT.rejects
+    spilled: int  # records saved to spill files
+    spill_paths: tuple[str, ...]
+    rejects_path: str | None
+    log_path: str
+    ledger_path: str
+    signal: int | None  # the stop signal, if one came
+    error: Exception | None  # the first LockError/WriteError/HeaderMismatch, if any
+
+
+def task_states(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> dict[int, TaskState]:
+    """The state of every runnable task of ``tasks`` according to ``ledger``."""
+    todo, _ = read_tasks(tasks)
+    return states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock, timeout=timeout))
+
+
+def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
+    if jobs == "auto":
+        cpus = env.get("SLURM_CPUS_PER_TASK", "")
+        if cpus.isdigit() and int(cpus) > 0:
+            return int(cpus)
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    try:
+        n = int(jobs)
+    except ValueError:
+        raise UsageError(f"--jobs must be a number or auto, not {jobs!r}") from None
+    if n < 1:
+        raise UsageError(f"--jobs must be at least 1, not {n}")
+    return n
+
+
+def run_tasks(
+    tasks: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    command: Sequence[str] = (),
+    *,
+    index: int | None = None,
+    chunk: int = 1,
+    base: int = 1,
+    jobs: int | str = 1,
+    shell: bool = False,
+    rerun: bool = False,
+    retries: int = 0,
+    task_timeout: float | None = None,
+    grace: float = 30.0,
+    ledger: str | os.PathLike[str] | None = None,
+    log: str | os.PathLike[str] | None = None,
+    format: str | None = None,
+    columns: Sequence[str] | None = None,
+    kv: str | None = None,
+    stamp: Sequence[str] = (),
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+    batch_bytes: int = 65536,
+    flush_interval: float = 1.0,
+    env: Mapping[str, str] | None = None,
+    stopper: Stopper | None = None,
+) -> RunReport:
+    """Run the tasks of this array element (see ``zotsink run --help``); a :class:`RunReport`.
+
+    ``index`` None takes the scheduler's array index from ``env``; with none there, every
+    task runs. ``command`` gets the task line for each ``{}`` in it, else as its last
+    argument; with ``shell`` the task line itself runs under ``/bin/sh -c``.
+    """
+    env = dict(os.environ if env is None else env)
+    out = os.fspath(out)
+    if shell and command:
+        raise UsageError("--shell runs each task line as a command: give no CMD with it")
+    if not shell and not command:
+        raise UsageError("give the command to run after --, or --shell for a list of commands")
+    if retries < 0 or grace < 0 or (task_timeout is not None and task_timeout <= 0):
+        raise UsageError("--retries and --grace must not be negative, --task-timeout positive")
+    if kv is not None and kv not in (":", "="):
+        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
+    if batch_bytes <= 0 or flush_interval < 0:
+        raise UsageError("--batch-bytes must be positive and --flush-interval not negative")
+    njobs = _jobs(jobs, env)
+    ledger_path = os.fspath(ledger) if ledger is not None else out + ".ledger"
+    log_path = os.fspath(log) if log is not None else out + ".log"
+    if len({os.path.abspath(p) for p in (out, ledger_path, log_path)}) < 3:
+        raise UsageError("OUT, --ledger and --log must be three different files")
+
+    todo, _ = read_tasks(tasks)
+    if index is None:
+        index = scheduler_index(env)
+    if index is not None:
+        wanted = chunk_range(index, chunk, base)
+        todo = [t for t in todo if t.num in wanted]
+    fmt = format_for(out, format)
+    template = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
+    book = Ledger(ledger_path, lock=lock, timeout=timeout, env=env)
+    keys = {t.num: t.line for t in todo}
+    states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=lock))
+    queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
+    skipped = len(todo) - len(queue)
+    runner = Pool(
+        queue=queue,
+        states=states,
+        command=command,
+        shell=shell,
+        jobs=njobs,
+        retries=retries,
+        task_timeout=task_timeout,
+        grace=grace,
+        env=env,
+        book=book,
+        template=template,
+        kv=kv,
+        out=Outlet(
+            Writer(out, lock=lock, sync=sync, header=template.header_line()),
+            batch_bytes,
+            flush_interval,
+        ),
+        log=Outlet(Writer(log_path, lock=lock, sync=sync), batch_bytes, flush_interval),
+        timeout=timeout,
+        stopper=stopper,
+    )
+    try:
+        runner.loop()
+    finally:
+        runner.close()
+    o = runner.out
+    return RunReport(
+        selected=len(todo),
+        skipped=skipped,
+        started=runner.started,
+        states=runner.final,
+        records=o.records,
+        rejected=o.rejected,
+        spilled=o.spilled + runner.log.spilled,
+        spill_paths=tuple(o.spill_paths + runner.log.spill_paths),
+        rejects_path=o.rejects_file,
+        log_path=log_path,
+        ledger_path=ledger_path,
+        signal=stopper.signum if stopper is not None else None,
+        error=o.error or runner.log.error or runner.ledger_error,
+    )

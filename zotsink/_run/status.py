@@ -1,0 +1,174 @@
+"""Reading the ledger back: where the tasks stand, and which array indices to resubmit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .._check.missing import array_spec
+from ..errors import UsageError
+from .ledger import STATES, LedgerRow, TaskState, read_ledger, states_of
+from .tasks import Task, chunk_of, read_tasks, split_spec
+
+__all__ = ["StatusReport", "parse_states", "resubmit_specs", "task_status", "tasks_in"]
+
+
+class StatusReport(NamedTuple):
+    """Counts by state, throughput and an ETA, the slowest tasks."""
+
+    total: int
+    counts: dict[str, int]  # every state of STATES, zero included
+    rate: float | None  # tasks ended ok per second, from the first start to the last end
+    eta: float | None  # seconds until every task is ok at that rate
+    slowest: list[tuple[int, float, str]]  # (task number, seconds, task line)
+    states: dict[int, TaskState]
+
+    @property
+    def all_ok(self) -> bool:
+        return self.counts["ok"] == self.total
+
+    @property
+    def settled(self) -> bool:
+        """Nothing is running and nothing waits to start: watching can stop."""
+        return not self.counts["running"] and not self.counts["never"]
+
+    def summary(self) -> list[str]:
+        """The report as lines for a person."""
+        shown = ", ".join(f"{self.counts[s]} {s}" for s in STATES if self.counts[s])
+        lines = [f"{self.total} tasks: {shown or 'none'}"]
+        if self.rate:
+            line = f"rate {self.rate * 3600:.1f} tasks/h"
+            if self.eta is not None and not self.all_ok:
+                line += f", ETA {_duration(self.eta)} for the {self.total - self.counts['ok']} left"
+            lines.append(line)
+        for num, secs, key in self.slowest:
+            lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "counts": self.counts,
+            "rate_per_hour": None if self.rate is None else round(self.rate * 3600, 3),
+            "eta_seconds": None if self.eta is None else round(self.eta, 1),
+            "slowest": [{"tasknum": n, "seconds": s, "key": k} for n, s, k in self.slowest],
+            "not_ok": array_spec(n for n, st in self.states.items() if st.state != "ok"),
+        }
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 120:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _epoch(stamp: str) -> float | None:
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    return t.replace(tzinfo=timezone.utc).timestamp()
+
+
+def task_status(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    slowest: int = 5,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> StatusReport:
+    """Where every runnable task of ``tasks`` stands according to ``ledger``."""
+    todo, _ = read_tasks(tasks)
+    keys = {t.num: t.line for t in todo}
+    rows: list[LedgerRow] = [
+        r for r in read_ledger(ledger, lock=lock, timeout=timeout) if keys.get(r.tasknum) == r.key
+    ]
+    states = states_of(keys, rows)
+    counts = dict.fromkeys(STATES, 0)
+    for st in states.values():
+        counts[st.state] += 1
+    times = [t for t in (_epoch(r.time) for r in rows) if t is not None]
+    span = max(times) - min(times) if times else 0.0
+    rate = counts["ok"] / span if span > 0 and counts["ok"] else None
+    eta = (len(keys) - counts["ok"]) / rate if rate else None
+    ended = [
+        (st.tasknum, float(st.last.seconds), st.last.key)
+        for st in states.values()
+        if st.last is not None and st.last.event == "end" and _is_number(st.last.seconds)
+    ]
+    ended.sort(key=lambda x: -x[1])
+    return StatusReport(len(keys), counts, rate, eta, ended[:slowest], states)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
+    """``--state`` values; None means every state but ok. ``running/lost`` names both."""
+    if spec is None:
+        return frozenset(STATES) - {"ok"}
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: set[str] = set()
+    for name in (n.strip() for n in names):
+        if not name:
+            continue
+        parts = name.split("/") if name == "running/lost" else [name]
+        bad = [p for p in parts if p not in STATES]
+        if bad:
+            raise UsageError(f"unknown task state {bad[0]!r}: choose from {','.join(STATES)}")
+        out.update(parts)
+    if not out:
+        raise UsageError("--state names no state")
+    return frozenset(out)
+
+
+def tasks_in(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    states: Sequence[str] | str | None = None,
+    lock: str = "auto",
+) -> list[Task]:
+    """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok)."""
+    wanted = parse_states(states)
+    todo, _ = read_tasks(tasks)
+    found = states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock))
+    return [t for t in todo if found[t.num].state in wanted]
+
+
+def resubmit_specs(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    states: Sequence[str] | str | None = None,
+    chunk: int = 1,
+    base: int = 1,
+    max_array: int | None = None,
+    lock: str = "auto",
+) -> list[tuple[str, int]]:
+    """Array specs (with the base each runs under) whose chunks hold tasks in ``states``.
+
+    ``states`` defaults to every state but ``ok``: a task that failed, was interrupted or
+    lost, or never ran. ``max_array`` (the site's MaxArraySize) splits the specs so that no
+    index reaches it; see :func:`~zotsink._run.tasks.split_spec`.
+    """
+    if chunk < 1:
+        raise UsageError(f"--chunk must be at least 1, not {chunk}")
+    if max_array is not None and max_array < 1:
+        raise UsageError(f"--max-array must be at least 1, not {max_array}")
+    chunks = sorted(
+        {chunk_of(t.num, chunk, 1) for t in tasks_in(tasks, ledger, states=states, lock=lock)}
+    )
+    return split_spec(chunks, base, max_array)

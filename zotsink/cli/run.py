@@ -1,0 +1,202 @@
+"""``zotsink run`` and ``zotsink status``: the job-array task runner and its ledger."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ._common import (
+    CONTEXT,
+    MAX_TIMEOUT,
+    Seconds,
+    column_list,
+    lock_options,
+    outcome_code,
+    quiet_option,
+    record_options,
+    run_api,
+    say,
+    set_verbosity,
+    sync_option,
+    verbose_option,
+)
+from .append import MAX_FLUSH_INTERVAL
+
+
+@click.command("run", context_settings=CONTEXT)
+@click.argument("tasks", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path())
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD [ARG ...]")
+@click.option("--index", type=int, help="Array index [default: the scheduler's; none: all tasks].")
+@click.option(
+    "--chunk",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Tasks per array index: index N runs lines (N-base)*K+1 ... (N-base+1)*K.",
+)
+@click.option(
+    "--base",
+    type=int,
+    default=1,
+    show_default=True,
+    help="The array index that runs the first chunk (0 for --array=0-...).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    default="1",
+    show_default=True,
+    metavar="J|auto",
+    help="Tasks at a time (auto: SLURM_CPUS_PER_TASK, else the CPUs available).",
+)
+@click.option("--shell", is_flag=True, help="Each task line is a command for /bin/sh -c.")
+@click.option("--rerun", is_flag=True, help="Run tasks the ledger says are ok again.")
+@click.option(
+    "--retries",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Retry a failed task up to R times in this run.",
+)
+@click.option(
+    "--task-timeout",
+    type=Seconds(MAX_TIMEOUT),
+    metavar="SECONDS",
+    help="End a task that runs longer (SIGTERM, then SIGKILL); its status: timeout.",
+)
+@click.option(
+    "--grace",
+    type=Seconds(MAX_TIMEOUT),
+    default=30.0,
+    show_default=True,
+    help="After a stop signal, seconds the tasks get before SIGTERM and SIGKILL.",
+)
+@click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
+@click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
+@record_options
+@lock_options
+@sync_option
+@click.option("--batch-bytes", type=click.IntRange(1, 1 << 30), default=65536, show_default=True)
+@click.option("--flush-interval", type=Seconds(MAX_FLUSH_INTERVAL), default=1.0, show_default=True)
+@quiet_option
+@verbose_option
+def run_cmd(
+    tasks: str,
+    out: str,
+    command: tuple[str, ...],
+    index: int | None,
+    chunk: int,
+    base: int,
+    jobs: str,
+    shell: bool,
+    rerun: bool,
+    retries: int,
+    task_timeout: float | None,
+    grace: float,
+    ledger: str | None,
+    log: str | None,
+    fmt: str,
+    columns: str | None,
+    kv: str | None,
+    stamp: str | None,
+    lock: str,
+    sync: str,
+    timeout: float,
+    batch_bytes: int,
+    flush_interval: float,
+    quiet: bool,
+    verbose: int,
+) -> None:
+    """Run this array element's tasks of TASKS; their stdout into OUT, a locked ledger.
+
+    \b
+    TASKS has one task per line (numbered from 1; blank and # lines never run).
+    CMD gets the task line for each {} in its arguments, else as its last one:
+      zotsink run images.txt out.tsv --kv --chunk 100 --jobs auto -- python proc.py
+    stderr goes, prefixed by the task number, to OUT.log; every start and end to
+    OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
+    finish what is left (`zotsink status`, `zotsink missing --ledger`).
+
+    \b
+    Exit codes: 0 every task ok, 1 a task not ok or records refused, 2 usage,
+    74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
+    """
+    from .._core.stamp import parse_stamp
+    from .._run.runner import run_tasks
+    from .._signals import Stopper
+
+    set_verbosity(verbose, quiet)
+    stamp_fields = run_api(lambda: parse_stamp(stamp)) if stamp is not None else ()
+    with Stopper() as stopper:
+        report = run_api(
+            lambda: run_tasks(
+                tasks,
+                out,
+                command,
+                index=index,
+                chunk=chunk,
+                base=base,
+                jobs=jobs,
+                shell=shell,
+                rerun=rerun,
+                retries=retries,
+                task_timeout=task_timeout,
+                grace=grace,
+                ledger=ledger,
+                log=log,
+                format=fmt,
+                columns=column_list(columns),
+                kv=kv,
+                stamp=stamp_fields,
+                lock=lock,
+                sync=sync,
+                timeout=timeout,
+                batch_bytes=batch_bytes,
+                flush_interval=flush_interval,
+                stopper=stopper,
+            )
+        )
+    sys.exit(_report(tasks, out, report))
+
+
+def _report(tasks: str, out: str, r: object) -> int:
+    """Say what happened; the exit code (see ``outcome_code``: a task not ok counts as 1)."""
+    from .._run.runner import RunReport
+    from ..errors import HeaderMismatch
+
+    assert isinstance(r, RunReport)
+    counts: dict[str, list[int]] = {}
+    for num, state in sorted(r.states.items()):
+        counts.setdefault(state, []).append(num)
+    parts = [f"{len(nums)} {state}" for state, nums in counts.items()]
+    if r.skipped:
+        parts.append(f"{r.skipped} already ok")
+    bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
+    say(
+        f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; "
+        f"{r.records} records into {out}",
+        level=0 if bad else 1,
+    )
+    if bad:
+        shown = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
+        say(
+            f"tasks not ok: {shown}; their stderr is in {r.log_path}; "
+            f"`zotsink status {tasks} {out}` shows where all stand"
+        )
+    if r.rejected:
+        why = "header mismatch" if isinstance(r.error, HeaderMismatch) else "refused"
+        say(f"{r.rejected} records {why}; they are in {r.rejects_path}")
+    if r.error is not None and not isinstance(r.error, HeaderMismatch):
+        say(f"error: {r.error}")
+    if r.spilled:
+        say(
+            f"{r.spilled} records are safe in {', '.join(r.spill_paths)}; "
+            f"run `zotsink recover {out}` when the cause is fixed"
+        )
+    if r.signal is not None:
+        import signal
+
+        say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
+    return outcome_code(r.error, r.rejected + len(bad), r.signal)

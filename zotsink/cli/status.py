@@ -1,0 +1,102 @@
+"""``zotsink status``: where the tasks of a task list stand, read from the ledger."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from ._common import CONTEXT, json_option, lock_options, print_json, run_api
+
+
+@click.command("status", context_settings=CONTEXT)
+@click.argument("tasks", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(), required=False)
+@click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
+@json_option
+@click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+@click.option("--slowest", type=click.IntRange(0), default=5, show_default=True, metavar="N")
+@lock_options
+def status_cmd(
+    tasks: str,
+    out: str | None,
+    ledger: str | None,
+    as_json: bool,
+    watch: bool,
+    interval: float,
+    slowest: int,
+    lock: str,
+    timeout: float,
+) -> None:
+    """Counts by state of the tasks of TASKS, the rate, an ETA and the slowest tasks.
+
+    \b
+    The ledger is OUT.ledger (or --ledger PATH). States: ok, failed, killed,
+    timeout, interrupted, running (a start and no end yet), lost (a start whose
+    run process is gone), never (no row).
+    Exit codes: 0 every task ok, 1 otherwise, 2 usage.
+    """
+    from .._run.status import task_status
+
+    if (out is None) == (ledger is None):
+        raise click.UsageError("give OUT or --ledger PATH (one of them)")
+    path = ledger if ledger is not None else f"{out}.ledger"
+    report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout))
+    if watch:
+        report = _watch(tasks, path, slowest, lock, timeout, interval, report)
+    if as_json:
+        print_json(report.to_dict())
+    if not watch or not as_json:
+        for line in report.summary():
+            click.echo(f"zotsink: {line}", err=True)
+    sys.exit(0 if report.all_ok else 1)
+
+
+def _bar(report: object, width: int = 30) -> str:
+    from .._run.status import StatusReport
+
+    assert isinstance(report, StatusReport)
+    c = report.counts
+    done = c["ok"] / report.total if report.total else 1.0
+    fill = int(done * width)
+    bad = c["failed"] + c["killed"] + c["timeout"] + c["interrupted"] + c["lost"]
+    eta = ""
+    if report.eta is not None and not report.all_ok:
+        eta = f" ETA {int(report.eta) // 60}:{int(report.eta) % 60:02d}"
+    return (
+        f"[{'#' * fill}{'.' * (width - fill)}] {c['ok']}/{report.total} ok"
+        f" {done:.0%}, {c['running']} running, {bad} not ok{eta}"
+    )
+
+
+def _watch(
+    tasks: str, path: str, slowest: int, lock: str, timeout: float, interval: float, report: object
+) -> object:
+    """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
+    from .._run.status import StatusReport, task_status
+
+    tty = sys.stderr.isatty()
+    try:
+        while True:
+            assert isinstance(report, StatusReport)
+            line = _bar(report)
+            click.echo(f"\r\033[K{line}" if tty else line, err=True, nl=not tty)
+            if report.settled:
+                break
+            time.sleep(interval)
+            report = run_api(
+                lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout)
+            )
+    except KeyboardInterrupt:
+        pass
+    if tty:
+        click.echo("", err=True)
+    return report
