@@ -1,83 +1,57 @@
 """zotsink: every job-array task appends its records to ONE shared file, whole and locked.
 
-Everything public is importable from here. Commands that are not on the writers' path
-(collect, verify, missing, doctor) load their modules on first use, so that a task that only
-appends pays only for the writer at start-up.
+Everything public is importable from here, and only from here: the modules behind these
+names are private (``zotsink._core``, ``zotsink._check``, ...) and may move. Each name is
+loaded on first use (PEP 562), so a task that only appends pays only for the writer at
+start-up, and ``import zotsink.cli`` loads no writer at all.
 """
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
-from .api import Sink, append_record, append_records, read_records
-from .errors import (
-    HeaderMismatch,
-    InputError,
-    LockError,
-    LockTimeout,
-    RecordError,
-    UsageError,
-    WriteError,
-    ZotsinkError,
-)
-from .locking import ZotsinkWarning
-from .sidefiles import RecoverReport, recover
-from .stream import StreamReport, append_stream
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-#: Public names loaded on first use: name -> module.
+#: Public name -> the private module that defines it.
 _LAZY = {
-    "collect": "zotsink.collect",
-    "CollectReport": "zotsink.collect",
-    "verify": "zotsink.verify",
-    "VerifyReport": "zotsink.verify",
-    "missing": "zotsink.missing",
-    "doctor": "zotsink.doctor",
-    "DoctorReport": "zotsink.doctor",
+    # writing
+    "append_record": "zotsink._append",
+    "append_records": "zotsink._append",
+    "Sink": "zotsink._append",
+    "append_stream": "zotsink._stream",
+    "StreamReport": "zotsink._stream",
+    # reading
+    "read_records": "zotsink._read",
+    "snapshot": "zotsink._read",
+    # side files
+    "recover": "zotsink._recover",
+    "RecoverReport": "zotsink._recover",
+    # checks
+    "verify": "zotsink._check.verify",
+    "repair": "zotsink._check.verify",
+    "VerifyReport": "zotsink._check.report",
+    "Problem": "zotsink._check.report",
+    "missing": "zotsink._check.missing",
+    "missing_lines": "zotsink._check.missing",
+    "array_spec": "zotsink._check.missing",
+    # collect, doctor
+    "collect": "zotsink._collect.collect",
+    "CollectReport": "zotsink._collect.collect",
+    "doctor": "zotsink._doctor.doctor",
+    "DoctorReport": "zotsink._doctor.doctor",
+    # errors and warnings
+    "ZotsinkError": "zotsink.errors",
+    "UsageError": "zotsink.errors",
+    "RecordError": "zotsink.errors",
+    "HeaderMismatch": "zotsink.errors",
+    "InputError": "zotsink.errors",
+    "LockError": "zotsink.errors",
+    "LockTimeout": "zotsink.errors",
+    "WriteError": "zotsink.errors",
+    "ZotsinkWarning": "zotsink.errors",
 }
 
-__all__ = [
-    "HeaderMismatch",
-    "InputError",
-    "LockError",
-    "LockTimeout",
-    "RecordError",
-    "RecoverReport",
-    "Sink",
-    "StreamReport",
-    "UsageError",
-    "WriteError",
-    "ZotsinkError",
-    "ZotsinkWarning",
-    "__version__",
-    "append_record",
-    "append_records",
-    "append_stream",
-    "read_records",
-    "recover",
-    *_LAZY,
-]
-
-
-class _Package(types.ModuleType):
-    """The zotsink package, whose lazily loaded functions keep their names.
-
-    Importing a submodule binds it as an attribute of its package, so after ``import
-    zotsink.verify`` the name ``zotsink.verify`` would be the module, and ``from zotsink
-    import verify`` would hand out a module instead of the function. The lazy names stay
-    bound to the functions and classes they stand for.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
@@ -87,5 +61,32 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    globals()[name] = value  # the next lookup is a plain attribute
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
+    from ._append import Sink, append_record, append_records
+    from ._check.missing import array_spec, missing, missing_lines
+    from ._check.report import Problem, VerifyReport
+    from ._check.verify import repair, verify
+    from ._collect.collect import CollectReport, collect
+    from ._doctor.doctor import DoctorReport, doctor
+    from ._read import read_records, snapshot
+    from ._recover import RecoverReport, recover
+    from ._stream import StreamReport, append_stream
+    from .errors import (
+        HeaderMismatch,
+        InputError,
+        LockError,
+        LockTimeout,
+        RecordError,
+        UsageError,
+        WriteError,
+        ZotsinkError,
+        ZotsinkWarning,
+    )

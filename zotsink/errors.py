@@ -4,13 +4,18 @@ Every error derives from :class:`ZotsinkError` and from the closest built-in exc
 callers can catch either way::
 
     ZotsinkError(Exception)
-    ├── UsageError(ValueError)          a bad option value or argument             exit 2
-    ├── RecordError(ValueError)         a record zotsink refuses                   exit 1
-    │   └── HeaderMismatch              OUT already has a different header         exit 1
-    ├── InputError(ValueError)          a source file that cannot be parsed        exit 1
-    ├── LockError(OSError)              no lock kind works on this filesystem      exit 74
-    │   └── LockTimeout(TimeoutError)   the lock was not had within the timeout    exit 75
-    └── WriteError(OSError)             OUT could not be written                   exit 74
+    ├── UsageError(ValueError)          a bad option value or argument
+    ├── RecordError(ValueError)         a record zotsink refuses
+    │   └── HeaderMismatch              OUT already has a different header
+    ├── InputError(ValueError)          a source file that cannot be parsed
+    ├── LockError(OSError)              no lock kind works on this filesystem
+    │   └── LockTimeout(TimeoutError)   the lock was not had within the timeout
+    └── WriteError(OSError)             OUT could not be written
+
+    ZotsinkWarning(UserWarning)         worth knowing, does not stop the work
+
+The exit code each error means on the command line is decided in one place,
+``zotsink.cli._common.EXIT_CODES``: the library's exceptions carry none.
 
 Each carries ``path`` (the file concerned) and, where records were saved to a side file
 instead of OUT, ``spill_path``. All of them pickle, so they cross ``multiprocessing``.
@@ -29,6 +34,7 @@ __all__ = [
     "UsageError",
     "WriteError",
     "ZotsinkError",
+    "ZotsinkWarning",
 ]
 
 
@@ -38,9 +44,6 @@ def _rebuild(cls: type[ZotsinkError], message: str, kwargs: dict[str, Any]) -> Z
 
 class ZotsinkError(Exception):
     """Base of every zotsink error."""
-
-    #: Process exit code the command line uses for this error.
-    exit_code: int = 1
 
     def __init__(
         self,
@@ -72,13 +75,9 @@ class ZotsinkError(Exception):
 class UsageError(ZotsinkError, ValueError):
     """An option value or argument that cannot work (for example an unknown format)."""
 
-    exit_code = 2
-
 
 class RecordError(ZotsinkError, ValueError):
     """A record zotsink refuses: NUL byte, over-long line, wrong field count, unknown column."""
-
-    exit_code = 1
 
 
 class HeaderMismatch(RecordError):
@@ -88,22 +87,18 @@ class HeaderMismatch(RecordError):
 class InputError(ZotsinkError, ValueError):
     """A source file that cannot be parsed (``collect --strict``)."""
 
-    exit_code = 1
-
 
 class LockError(ZotsinkError, OSError):
     """No lock kind works on OUT's filesystem, or the lock call failed unexpectedly."""
-
-    exit_code = 74
 
 
 class LockTimeout(LockError, TimeoutError):
     """The lock was not had within the timeout; the records went to ``spill_path``."""
 
-    exit_code = 75
-
 
 class WriteError(ZotsinkError, OSError):
     """OUT could not be written (ENOSPC, EDQUOT, EIO, ...); the records went to ``spill_path``."""
 
-    exit_code = 74
+
+class ZotsinkWarning(UserWarning):
+    """Something the user should know that does not stop the work (e.g. a lock fallback)."""

@@ -35,7 +35,7 @@ sys.stdin.read()
 WRITER = r"""
 import fcntl, os, sys
 out, tag, n, mode, sync = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-from zotsink.writer import Writer
+from zotsink._core.writer import Writer
 print("ready", flush=True)
 sys.stdin.readline()
 for i in range(n):

@@ -11,72 +11,26 @@ import importlib
 import importlib.util
 import sys
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any, Final, NoReturn
+from collections.abc import Sequence
+from typing import Final
 
 import click
 
-from ..errors import ZotsinkError
+from ._common import EXIT_INTERNAL, exit_code, fail, show_warning, state
 
-__all__ = ["fail", "main", "run_api", "say"]
+__all__ = ["main"]
 
-#: name -> (module, attribute, one-line help); modules are imported on use.
+#: name -> (module, attribute, one-line help), in the order ``--help`` lists them; a
+#: command's module is imported only when it runs.
 COMMANDS: Final = {
     "append": ("zotsink.cli.append", "append_cmd", "Append records (arguments or stdin) to OUT."),
     "collect": ("zotsink.cli.collect", "collect_cmd", "Merge tiny files into one table."),
-    "verify": ("zotsink.cli.workflow", "verify_cmd", "Check OUT's integrity (and --repair)."),
-    "missing": ("zotsink.cli.workflow", "missing_cmd", "List task inputs with no record yet."),
-    "cat": ("zotsink.cli.append", "cat_cmd", "Print a consistent snapshot of OUT."),
-    "recover": ("zotsink.cli.append", "recover_cmd", "Fold OUT's spill files back into OUT."),
+    "verify": ("zotsink.cli.verify", "verify_cmd", "Check OUT's integrity (and --repair)."),
+    "missing": ("zotsink.cli.missing", "missing_cmd", "List task inputs with no record yet."),
+    "cat": ("zotsink.cli.cat", "cat_cmd", "Print a consistent snapshot of OUT."),
+    "recover": ("zotsink.cli.recover", "recover_cmd", "Fold OUT's spill files back into OUT."),
     "doctor": ("zotsink.cli.doctor", "doctor_cmd", "Check a directory's filesystem and locks."),
 }
-
-#: Exit code for an unexpected internal failure (sysexits EX_SOFTWARE).
-EXIT_INTERNAL: Final = 70
-
-
-class _State:
-    verbose = 0
-    quiet = False
-
-
-state = _State()
-
-
-def say(message: str, *, level: int = 0) -> None:
-    """A progress or report line on stderr (``-q`` silences, ``-v`` shows level 1)."""
-    if state.quiet or level > state.verbose:
-        return
-    click.echo(f"zotsink: {message}", err=True)
-
-
-def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"zotsink: error: {message}", err=True)
-    sys.exit(code)
-
-
-def run_api(call: Callable[[], Any]) -> Any:
-    """Run an API call, turning zotsink errors into a message and their exit code."""
-    try:
-        return call()
-    except ZotsinkError as e:
-        if state.verbose:
-            import traceback
-
-            traceback.print_exc()
-        fail(e.message, e.exit_code)
-
-
-def _show_warning(
-    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
-) -> None:
-    if not state.quiet:
-        click.echo(f"zotsink: warning: {message}", err=True)
-
-
-def set_verbosity(verbose: int, quiet: bool) -> None:
-    state.verbose = verbose
-    state.quiet = quiet
 
 
 class _LazyGroup(click.Group):
@@ -97,8 +51,32 @@ class _LazyGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # ``zotsink OUT`` and ``zotsink --stamp OUT`` mean ``zotsink append ...``.
         if args and args[0] not in COMMANDS and args[0] not in ("-h", "--help", "--version"):
+            _refuse_typo(args[0])
             args = ["append", *args]
         return super().parse_args(ctx, args)
+
+
+def _refuse_typo(word: str) -> None:
+    """A first word that looks like a mistyped command is an error, not a file name.
+
+    ``zotsink verfy h.tsv`` would otherwise append ``h.tsv`` to a new file named ``verfy``
+    and exit 0. A word close to a command name, with no dot or slash in it and no file of
+    that name, is refused; an existing file is always taken as OUT.
+    """
+    import os
+
+    if word.startswith("-") or set("./") & set(word) or os.path.lexists(word):
+        return
+    import difflib
+
+    close = difflib.get_close_matches(word.lower(), list(COMMANDS), n=1, cutoff=0.7)
+    if close or word.lower() in COMMANDS:
+        guess = close[0] if close else word.lower()
+        fail(
+            f"no command {word!r}: did you mean `zotsink {guess}`? To append to a file with "
+            f"that name, write `zotsink append {word}`",
+            2,
+        )
 
 
 def _exists(module: str) -> bool:
@@ -138,7 +116,7 @@ def _normalize(argv: Sequence[str]) -> list[str]:
     (``--kv``: ``:`` or ``=``; ``--stamp``: a field name or a comma list without ``/``
     or ``.``). ``--kv=SEP`` and ``--stamp=FIELDS`` are always taken as written.
     """
-    from ..records import STAMP_FIELDS
+    from .._core.records import STAMP_FIELDS
 
     out: list[str] = []
     args = list(argv)
@@ -171,7 +149,7 @@ def _normalize(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``zotsink`` command and ``python -m zotsink``."""
-    warnings.showwarning = _show_warning
+    warnings.showwarning = show_warning
     args = _normalize(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=args, prog_name="zotsink", standalone_mode=True)
@@ -180,5 +158,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     except Exception as e:  # the last guard: no traceback reaches a user unless -v
         if state.verbose:
             raise
-        code = 74 if isinstance(e, OSError) else EXIT_INTERNAL
+        code = exit_code(e) if isinstance(e, OSError) else EXIT_INTERNAL
         fail(f"{type(e).__name__}: {e} (run with -v for details)", code)

@@ -7,9 +7,16 @@ import time
 
 import click
 
-from ..locking import LOCK_KINDS
-from ..writer import SYNC_POLICIES
-from . import fail, run_api, say, set_verbosity
+from ._common import (
+    CONTEXT,
+    fail,
+    lock_options,
+    quiet_option,
+    run_api,
+    say,
+    set_verbosity,
+    sync_option,
+)
 
 
 class _Bar:
@@ -41,7 +48,7 @@ class _Bar:
             sys.stderr.flush()
 
 
-@click.command("collect", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("collect", context_settings=CONTEXT)
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, allow_dash=True))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="The table (OUT).")
 @click.option(
@@ -93,9 +100,8 @@ class _Bar:
     "--jobs", type=click.IntRange(min=1), help="Parallel readers [default: 1 local, 8 network]."
 )
 @click.option("--progress/--no-progress", default=None, help="[default: on when stderr is a TTY]")
-@click.option("--lock", type=click.Choice(LOCK_KINDS), default="auto", show_default=True)
-@click.option("--sync", type=click.Choice(SYNC_POLICIES), default="auto", show_default=True)
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Lock wait (s).")
+@lock_options
+@sync_option
 @click.option(
     "--batch-bytes",
     type=click.IntRange(min=1),
@@ -103,7 +109,7 @@ class _Bar:
     show_default=True,
     help="Bytes per locked append (a file's rows are never split).",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")
+@quiet_option
 @click.option("-v", "--verbose", count=True, help="Also show OUT's columns.")
 def collect_cmd(
     sources: tuple[str, ...],
@@ -143,7 +149,7 @@ def collect_cmd(
     (it is in a spill file: run `zotsink recover OUT`, then collect again with
     --skip-collected).
     """
-    from ..collect import CollectReport, collect
+    from .._collect.collect import CollectReport, collect
 
     set_verbosity(verbose, quiet)
     show = sys.stderr.isatty() if progress is None else progress

@@ -6,11 +6,10 @@ import sys
 
 import click
 
-from ..locking import LOCK_KINDS
-from . import run_api, say, set_verbosity
+from ._common import CONTEXT, LOCK_KINDS, json_option, print_json, run_api, say, set_verbosity
 
 
-@click.command("doctor", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("doctor", context_settings=CONTEXT)
 @click.argument("directory", default=".", type=click.Path())
 @click.option(
     "--lock",
@@ -19,7 +18,7 @@ from . import run_api, say, set_verbosity
     show_default=True,
     help="The --lock setting to judge.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@json_option
 @click.option("-q", "--quiet", is_flag=True, help="No report on stderr, only the exit code.")
 def doctor_cmd(directory: str, lock: str, as_json: bool, quiet: bool) -> None:
     """Check whether zotsink can be trusted in DIRECTORY (default: here).
@@ -32,14 +31,12 @@ def doctor_cmd(directory: str, lock: str, as_json: bool, quiet: bool) -> None:
     Exit codes: 0 trusted, 1 not trusted (node-local or unknown locks, no
     working lock, no write permission), 2 usage.
     """
-    from ..doctor import doctor
+    from .._doctor.doctor import doctor
 
     set_verbosity(0, quiet)
     report = run_api(lambda: doctor(directory, lock=lock))
     for line in report.summary():
         say(line)
     if as_json:
-        import json
-
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        print_json(report.to_dict())
     sys.exit(0 if report.ok else 1)

@@ -1,0 +1,1 @@
+"""The figures of ``scripts/bench/bench.py``, one module per kind."""

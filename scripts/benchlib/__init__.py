@@ -1,1 +1,0 @@
-"""The figures of ``scripts/bench.py``, one module per kind."""

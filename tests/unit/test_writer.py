@@ -1,0 +1,159 @@
+"""The locked append path: header, torn tail, replaced OUT, failed writes."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from zotsink._core.sidefiles import append_or_save
+from zotsink._core.writer import Writer
+from zotsink.cli._common import exit_code
+from zotsink.errors import HeaderMismatch, WriteError
+
+T = 600.0  # lock timeout of one append
+
+
+def test_header_only_into_an_empty_file(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    with Writer(out, header=b"a\tb\n") as w:
+        w.append(b"1\t2\n", timeout=T)
+    with Writer(out, header=b"a\tb\n") as w:
+        w.append(b"3\t4\n", timeout=T)
+    assert out.read_bytes() == b"a\tb\n1\t2\n3\t4\n"
+
+
+def test_different_header_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n1\t2\n")
+    with Writer(out, header=b"a\tc\n") as w, pytest.raises(HeaderMismatch) as e:
+        w.append(b"3\t4\n", timeout=T)
+    assert str(e.value) == (
+        f"{out} starts with the header 'a\\tb', not 'a\\tc'; nothing was written: "
+        "choose another OUT or the same columns"
+    )
+    assert out.read_bytes() == b"a\tb\n1\t2\n"
+    assert not list(tmp_path.glob("o.tsv.spill.*"))
+
+
+def test_torn_tail_gets_a_newline_and_is_never_truncated(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"whole\nfragm")
+    with Writer(out) as w:
+        w.append(b"next\n", timeout=T)
+        w.append(b"again\n", timeout=T)  # our own end: no extra newline
+    assert out.read_bytes() == b"whole\nfragm\nnext\nagain\n"
+
+
+def test_foreign_writer_without_newline_between_our_batches(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    with Writer(out) as w:
+        w.append(b"a\n", timeout=T)
+        with open(out, "ab") as f:
+            f.write(b"foreign")
+        w.append(b"b\n", timeout=T)
+    assert out.read_bytes() == b"a\nforeign\nb\n"
+
+
+def test_follows_a_replaced_file(tmp_path: Path) -> None:
+    out = tmp_path / "o.txt"
+    with Writer(out) as w:
+        w.append(b"1\n", timeout=T)
+        os.rename(out, tmp_path / "old.txt")
+        w.append(b"2\n", timeout=T)  # OUT is gone: the writer creates it anew
+        os.rename(out, tmp_path / "old2.txt")
+        out.write_bytes(b"new\n")
+        w.append(b"3\n", timeout=T)
+    assert (tmp_path / "old.txt").read_bytes() == b"1\n"
+    assert (tmp_path / "old2.txt").read_bytes() == b"2\n"
+    assert out.read_bytes() == b"new\n3\n"
+
+
+class FailingWrites:
+    """os.write that writes part of the data to OUT, then fails like a full disk."""
+
+    def __init__(self, real, err: int, after: int, target: Path) -> None:
+        self.real, self.err, self.after = real, err, after
+        self.ino = target.stat().st_ino
+
+    def __call__(self, fd: int, data) -> int:
+        if os.fstat(fd).st_ino != self.ino:
+            return self.real(fd, data)  # side files write normally
+        if self.after <= 0:
+            raise OSError(self.err, os.strerror(self.err))
+        n = self.real(fd, bytes(data)[: self.after])
+        self.after -= n
+        return n
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EDQUOT, errno.EIO])
+def test_failed_write_is_cut_back_and_spilled(tmp_path: Path, monkeypatch, err: int) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"before\n")
+    w = Writer(out)
+    monkeypatch.setattr(os, "write", FailingWrites(os.write, err, after=5, target=out))
+    with pytest.raises(WriteError) as e:
+        append_or_save(w, b"record-1\nrecord-2\n", T)
+    monkeypatch.undo()
+    w.close()
+    assert out.read_bytes() == b"before\n"  # no partial record remains
+    assert e.value.errno == err and exit_code(e.value) == 74
+    spill = Path(e.value.spill_path)
+    assert spill.parent == tmp_path and spill.name.startswith("o.txt.spill.")
+    assert spill.read_bytes() == b"record-1\nrecord-2\n"
+    assert str(e.value).endswith(f"the records were saved to {spill}")
+
+
+def test_fsync_policy(tmp_path: Path, monkeypatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    with Writer(tmp_path / "a", sync="fsync") as w:
+        w.append(b"x\n", timeout=T)
+    with Writer(tmp_path / "b", sync="none") as w:
+        w.append(b"x\n", timeout=T)
+    assert len(calls) == 1
+
+
+def test_open_errors_say_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ZOTSINK_SPILL_DIR", str(tmp_path))  # not /tmp: leave nothing behind
+    with pytest.raises(WriteError, match="it is a directory; name a file inside it") as e:
+        append_or_save(Writer(tmp_path), b"x\n", T)
+    assert Path(e.value.spill_path).read_bytes() == b"x\n"  # still saved somewhere
+    with pytest.raises(WriteError, match="its directory does not exist; create it first"):
+        append_or_save(Writer(tmp_path / "no" / "o.txt"), b"x\n", T)
+
+
+def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"")
+    monkeypatch.setenv("ZOTSINK_SPILL_DIR", str(tmp_path / "missing"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+
+    def broken(fd: int, data) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    w = Writer(out)
+    monkeypatch.setattr(os, "write", broken)
+    with pytest.raises(WriteError, match=r"could not save 1 records meant for .* anywhere") as e:
+        append_or_save(w, b"x\n", T)
+    assert "they are lost unless the producer can send them again" in str(e.value)
+
+
+def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch) -> None:
+    # OUT replaced through another client of a network filesystem: ESTALE once
+    out = tmp_path / "o.txt"
+    real_stat, calls = os.stat, []
+
+    def stale_once(path, *a, **k):
+        if os.fspath(path) == str(out) and not calls:
+            calls.append(path)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_stat(path, *a, **k)
+
+    with Writer(out) as w:
+        monkeypatch.setattr(os, "stat", stale_once)
+        w.append(b"rec\n", timeout=T)
+    assert calls and out.read_bytes() == b"rec\n"
+    assert not list(tmp_path.glob("o.txt.spill.*"))

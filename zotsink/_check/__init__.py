@@ -1,0 +1,1 @@
+"""Checks of a finished OUT: verify (and its repair), and missing."""

@@ -1,0 +1,249 @@
+"""Splitting OUT's bytes into records and checking each one's shape (for ``verify``).
+
+A record is one line in tsv and lines formats. In csv a quoted value may hold a newline, so
+a record may span lines; the stdlib ``csv`` module decides where it ends. A csv record
+that spans lines and is not well formed (an unclosed quote swallowed the lines after it)
+gives up only its first line: the lines after it are read again as records of their own,
+so one stray quote cannot take a whole file down with it.
+
+Duplicates are not found here: that needs memory across the file (see :mod:`.verify`).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import deque
+from collections.abc import Iterator
+from operator import methodcaller
+from typing import NamedTuple, Optional
+
+from .._core.records import MAX_LINE
+
+__all__ = ["Unit", "Why", "scan"]
+
+#: (kind, detail) of a problem, or None.
+Why = Optional[tuple[str, str]]
+
+
+class Unit(NamedTuple):
+    """Records of OUT: one record, or a run of consecutive well-formed one-line records."""
+
+    line: int  # 1-based number of the first line
+    last: int  # and of the last line
+    raw: bytes  # with the newlines; a final fragment lacks its own
+    header: bool = False
+    why: Why = None  # the problem of a single record
+    run: list[bytes] | None = None  # a run: each record without its newline
+
+
+def physical_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Lines with their newline; the last one without, if the data does not end in one."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        if b"\n" not in chunk:
+            pending.append(chunk)  # a line longer than a chunk: no quadratic re-joining
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending = []
+        parts = chunk.split(b"\n")
+        rest = parts.pop()
+        for part in parts:
+            yield part + b"\n"
+        if rest:
+            pending.append(rest)
+    if pending:
+        yield b"".join(pending)
+
+
+def _field_problem(n: int, ref: int | None) -> Why:
+    if ref is None or n == ref:
+        return None
+    fields = f"{n} field{'s' if n != 1 else ''} where the header has {ref}"
+    if ref < n < 2 * ref:
+        return ("glued", f"{fields}: the start of a torn record glued to the record after it")
+    return ("fields", fields)
+
+
+def _shape(content: bytes, complete: bool, nfields: int, ref: int | None) -> Why:
+    """The problem of a data record (``content`` without its final newline)."""
+    if b"\0" in content:
+        at = content.index(b"\0") + 1
+        return ("nul", f"NUL byte at byte {at} of the line")
+    if not complete:
+        return ("fragment", "no newline at the end of the file: a write that was cut short")
+    if content in (b"", b"\r"):
+        return ("empty", "empty line")
+    return _field_problem(nfields, ref)
+
+
+def _header_problem(content: bytes, complete: bool, names: list[str]) -> Why:
+    if not complete:
+        return ("fragment", "the header line has no newline: a write that was cut short")
+    if b"\0" in content:
+        return ("header", "NUL byte in the header line")
+    if content in (b"", b"\r"):
+        return ("header", "the header line is empty")
+    for i, name in enumerate(names):
+        if not name:
+            return ("header", f"column {i + 1} of the header has no name")
+        if name in names[:i]:
+            return ("header", f"the header names column {name!r} twice")
+    return None
+
+
+def _blocks(chunks: Iterator[bytes]) -> Iterator[tuple[list[bytes], bool]]:
+    """Consecutive lines without their newlines, one list per chunk: ``(lines, True)``;
+    a final line that has no newline comes alone as ``([line], False)``."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending = []
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        yield lines, True
+        if rest:
+            pending.append(rest)
+    if pending:
+        yield [b"".join(pending)], False
+
+
+_tabs = methodcaller("count", b"\t")
+
+
+def _clean(lines: list[bytes], raw: bytes, ref: int | None, header: bytes | None) -> bool:
+    """Whether every line of a block is a well-formed record (the fast path: C loops only)."""
+    if b"\0" in raw or b"" in lines or b"\r" in lines:
+        return False
+    if header is not None and header in lines:
+        return False
+    return ref is None or set(map(_tabs, lines)) == {ref - 1}
+
+
+def scan(chunks: Iterator[bytes], fmt: str, has_header: bool) -> Iterator[Unit]:
+    """OUT's records: the header, runs of well-formed records, and each damaged one alone."""
+    if fmt == "csv":
+        yield from _scan_csv(chunks, has_header)
+        return
+    ref: int | None = None
+    header: bytes | None = None
+    no = 0  # lines before this block
+    for lines, complete in _blocks(chunks):
+        nl = b"\n" if complete else b""
+        skip = 0
+        if no == 0 and fmt == "tsv":
+            ref = lines[0].count(b"\t") + 1  # headerless: the first record sets the count
+            if has_header:
+                header = lines[0]
+                if header in (b"", b"\r"):
+                    ref = None  # an empty header gives no field count to hold records to
+                names = header.rstrip(b"\r").decode("utf-8", "surrogateescape").split("\t")
+                yield Unit(1, 1, header + nl, True, _header_problem(header, complete, names))
+                skip = 1
+        seg = lines[skip:] if skip else lines
+        first = no + skip + 1
+        no += len(lines)
+        if not seg:
+            continue
+        if complete:
+            raw = b"\n".join(seg) + b"\n"
+            if _clean(seg, raw, ref, header):
+                yield Unit(first, first + len(seg) - 1, raw, run=seg)
+                continue
+        for i, content in enumerate(seg, first):
+            why = _shape(content, complete, content.count(b"\t") + 1, ref)
+            if why is None and content == header:
+                why = ("header", "the header line again, as a record")
+            yield Unit(i, i, content + nl, why=why)
+
+
+class _Feed:
+    """The line source of a csv reader, with lines that can be pushed back.
+
+    Not a generator: a generator that ended stays ended, but lines pushed back after the
+    last record must still reach the reader.
+    """
+
+    def __init__(self, lines: Iterator[bytes]) -> None:
+        self._lines = lines
+        self._next_no = 1
+        self.back: deque[tuple[int, bytes]] = deque()
+        self.taken: list[tuple[int, bytes]] = []
+
+    def __iter__(self) -> _Feed:
+        return self
+
+    def __next__(self) -> str:
+        if self.back:
+            item = self.back.popleft()
+        else:
+            raw = next(self._lines, None)
+            if raw is None:
+                raise StopIteration
+            item = (self._next_no, raw)
+            self._next_no += 1
+        self.taken.append(item)
+        return item[1].decode("utf-8", "surrogateescape")
+
+
+def _scan_csv(chunks: Iterator[bytes], has_header: bool) -> Iterator[Unit]:
+    feed = _Feed(physical_lines(chunks))
+    # strict: text after a closing quote is an error, not glued on (a stray quote
+    # would otherwise swallow the lines after it into a record that looks valid)
+    reader = csv.reader(feed, strict=True)
+    ref: int | None = None
+    header = b""
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(max(old_limit, MAX_LINE + 1))  # the default 128 KiB is too small
+    try:
+        while True:
+            feed.taken = []
+            error = None
+            try:
+                row = next(reader)
+            except StopIteration:
+                if not feed.taken:
+                    return
+                row = []  # lines read but no record made of them
+                error = "the csv reader stopped in the middle of a record"
+            except csv.Error as e:
+                row, error = [], str(e)
+            taken = feed.taken
+            raw = b"".join(r for _, r in taken)
+            first, last = taken[0][0], taken[-1][0]
+            complete = raw.endswith(b"\n")
+            content = raw[:-1] if complete else raw
+            is_header = first == 1 and has_header
+            if is_header:
+                # Never split the header: moving its first line would promote a record.
+                why = (
+                    ("header", f"csv: {error}")
+                    if error
+                    else _header_problem(content, complete, row)
+                )
+            elif error is not None:
+                why = _shape(content, complete, 0, None) or ("malformed", f"csv: {error}")
+            else:
+                why = _shape(content, complete, len(row), ref)
+                if why is None and has_header and content == header:
+                    why = ("header", "the header line again, as a record")
+            if first == 1:
+                ref, header = (len(row) if row else None), content
+            if why is not None and len(taken) > 1 and not is_header:
+                # Keep the damage to one line: read the others again on their own.
+                feed.back.extendleft(reversed(taken[1:]))
+                raw, last = taken[0][1], first
+                why = (
+                    "malformed",
+                    f"an open quote joins lines {first}-{taken[-1][0]} into one record "
+                    f"that is not valid ({why[1]})",
+                )
+            yield Unit(first, last, raw, is_header, why)
+    finally:
+        csv.field_size_limit(old_limit)

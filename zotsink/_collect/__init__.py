@@ -1,0 +1,1 @@
+"""collect: many tiny files (or a tar of them) into one de-duplicated table."""

@@ -1,0 +1,133 @@
+"""The options of ``collect``, checked before anything is read."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Final, NamedTuple, Union
+
+from ..errors import UsageError
+from .archive import archive_mode
+from .parse import INPUTS
+
+__all__ = ["DEDUP_MODES", "Options", "PathLike", "check_options"]
+
+DEDUP_MODES: Final = ("exact", "key", "none")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Options(NamedTuple):
+    """The checked options of one collect."""
+
+    sources: list[str]
+    output: str
+    fmt: str
+    input: str
+    source_column: str
+    pattern: re.Pattern[str] | None
+    dedup: str
+    key: list[str]
+    keep: str
+    skip_collected: bool
+    archive: str | None
+    remove: bool
+    strict: bool
+    jobs: int | None
+    batch_bytes: int
+
+
+def _names(value: str | Sequence[str] | None) -> list[str]:
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [k.strip() for k in items if k.strip()]
+
+
+def _check_place(what: str, path: str) -> None:
+    # found now, not after reading a million files
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise UsageError(f"{what} {path}: the directory {d} does not exist; create it first")
+
+
+def check_options(
+    sources: Sequence[PathLike] | PathLike,
+    output: PathLike,
+    *,
+    input: str,
+    source_column: str,
+    name_pattern: str | re.Pattern[str] | None,
+    dedup: str,
+    key: str | Sequence[str] | None,
+    keep: str,
+    skip_collected: bool,
+    archive: PathLike | None,
+    remove_sources: bool,
+    yes: bool,
+    strict: bool,
+    jobs: int | None,
+    batch_bytes: int,
+) -> Options:
+    """Validate the options before anything is read; UsageError says what to change."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    srcs = [os.fspath(s) for s in sources]
+    if not srcs:
+        raise UsageError("no SOURCE given: name directories, files, tar archives or - for stdin")
+    for s in srcs:
+        if s != "-" and not os.path.lexists(s):
+            raise UsageError(f"SOURCE {s} does not exist")
+    out = os.fspath(output)
+    _check_place("OUT", out)
+    if os.path.isdir(out):
+        raise UsageError(f"OUT {out} is a directory; name a file inside it")
+    if input not in INPUTS:
+        raise UsageError(f"unknown --input {input!r}: use one of {', '.join(INPUTS)}")
+    if dedup not in DEDUP_MODES:
+        raise UsageError(f"unknown --dedup {dedup!r}: use one of {', '.join(DEDUP_MODES)}")
+    if keep not in ("first", "last"):
+        raise UsageError(f"unknown --keep {keep!r}: use first or last")
+    keys = _names(key)
+    if dedup == "key" and not keys:
+        raise UsageError("--dedup key needs --key COLS (the columns that identify a record)")
+    if keys and dedup != "key":
+        raise UsageError("--key is used by --dedup key: add --dedup key")
+    if keep != "first" and dedup != "key":
+        raise UsageError("--keep chooses between records with the same key: add --dedup key")
+    pattern = None
+    if name_pattern is not None and name_pattern != "":
+        try:
+            pattern = re.compile(name_pattern) if isinstance(name_pattern, str) else name_pattern
+        except re.error as e:
+            raise UsageError(f"--name-pattern is not a valid regular expression: {e}") from None
+        if not pattern.groupindex:
+            raise UsageError("--name-pattern needs named groups, such as run_(?P<run>\\d+)\\.dat")
+        if source_column in pattern.groupindex:
+            raise UsageError(
+                f"--name-pattern group {source_column!r} clashes with the source column"
+            )
+    if skip_collected and not source_column:
+        raise UsageError("--skip-collected reads OUT's source column: do not set it empty")
+    arch = os.fspath(archive) if archive is not None else None
+    if arch is not None:
+        if archive_mode(arch) is None:
+            raise UsageError(f"--archive {arch}: name it .tar, .tar.gz, .tgz, .tar.bz2 or .tar.xz")
+        if os.path.lexists(arch):
+            raise UsageError(f"--archive {arch} exists already; choose a new name")
+        _check_place("--archive", arch)
+    if remove_sources and arch is None and not yes:
+        raise UsageError(
+            "--remove-sources deletes the collected files: add --archive FILE.tar.gz to keep a "
+            "verified copy first, or --yes to delete them without one"
+        )
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    if batch_bytes < 1:
+        raise UsageError(f"--batch-bytes must be positive, not {batch_bytes}")
+    return Options(
+        srcs, out, "csv" if out.lower().endswith(".csv") else "tsv", input, source_column,
+        pattern, dedup, keys, keep, skip_collected, arch, remove_sources, strict, jobs,
+        batch_bytes,
+    )  # fmt: skip

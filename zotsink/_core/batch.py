@@ -1,0 +1,87 @@
+"""The one batch buffer: encoded lines wait here until the batch is big or old enough.
+
+Both the Python ``Sink`` and the stream engine (``producer | zotsink OUT``) buffer records
+and append them as one block under one lock hold. A batch is due when it holds
+``max_bytes`` or its oldest line has waited ``max_age`` seconds: the size keeps lock holds
+few, the age bounds how long a record sits in memory, where a SIGKILL would lose it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+__all__ = ["Batch"]
+
+#: ``Batch.wait()`` when nothing is buffered: no deadline.
+NO_DEADLINE: Final = None
+
+
+class Batch:
+    """Encoded lines (bytes, each ending in a newline) waiting to be appended together."""
+
+    __slots__ = ("_count", "_oldest", "_parts", "_size", "max_age", "max_bytes")
+
+    def __init__(self, max_bytes: int, max_age: float) -> None:
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._count = 0
+        self._oldest = 0.0
+
+    def __len__(self) -> int:
+        """Records buffered."""
+        return self._count
+
+    def __bool__(self) -> bool:
+        return bool(self._parts)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def add(self, data: bytes, count: int, now: float | None = None) -> bool:
+        """Buffer ``count`` records encoded as ``data``; whether the batch is now due."""
+        if not data:
+            return self.due(now)
+        if now is None:
+            now = time.monotonic()
+        if not self._parts:
+            self._oldest = now
+        self._parts.append(data)
+        self._size += len(data)
+        self._count += count
+        return self._size >= self.max_bytes or now - self._oldest >= self.max_age
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether the batch should be appended now (by size or by age)."""
+        if not self._parts:
+            return False
+        if self._size >= self.max_bytes:
+            return True
+        return (time.monotonic() if now is None else now) - self._oldest >= self.max_age
+
+    def wait(self, now: float | None = None) -> float | None:
+        """Seconds until the batch is due by age; None when it is empty."""
+        if not self._parts:
+            return NO_DEADLINE
+        now = time.monotonic() if now is None else now
+        return max(0.0, self._oldest + self.max_age - now)
+
+    def take(self) -> tuple[bytes, int]:
+        """Everything buffered as one block and its record count; the batch is then empty."""
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        count = self._count
+        self._parts, self._size, self._count = [], 0, 0
+        return data, count
+
+    def put_back(self, data: bytes, count: int) -> None:
+        """Return a block that :meth:`take` gave out, ahead of anything buffered since."""
+        if not data:
+            return
+        if not self._parts:
+            self._oldest = time.monotonic()
+        self._parts.insert(0, data)
+        self._size += len(data)
+        self._count += count

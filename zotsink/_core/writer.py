@@ -1,0 +1,286 @@
+"""The locked append path: every byte zotsink adds to OUT goes through :class:`Writer`.
+
+Under the lock, per batch: check that OUT's path still names the open inode (``verify
+--repair`` or a user may have replaced it), write the header if OUT is empty, end a torn tail
+with a newline, write the batch with one ``write()`` on an ``O_APPEND`` descriptor, fsync
+when the policy says so, unlock. Never seek to a remembered size: on network filesystems a
+stale size overwrites other writers' data. A failed write is cut back to the size seen
+under the lock and raised; saving the batch elsewhere is the caller's choice (see
+:func:`zotsink._core.sidefiles.append_or_save`): the writer only locks and writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from ..errors import HeaderMismatch, LockError, UsageError, WriteError
+from .fileio import write_all
+from .fsinfo import wants_fsync
+from .locking import Locker, open_locked
+
+__all__ = ["SYNC_POLICIES", "Writer", "first_line"]
+
+#: A hook run under the lock before a batch is written: (fd, fstat of OUT, the batch) ->
+#: the bytes to write instead (may raise to write nothing).
+Prepare = Callable[[int, os.stat_result, bytes], bytes]
+
+#: Values accepted by ``--sync``.
+SYNC_POLICIES: Final = ("auto", "fsync", "none")
+#: Errors of open() that no retry will fix, with the advice for the user.
+_OPEN_ADVICE: Final = {
+    errno.ENOENT: "its directory does not exist; create it first",
+    errno.EISDIR: "it is a directory; name a file inside it",
+    errno.EACCES: "permission denied; choose a place you may write to",
+    errno.EPERM: "permission denied; choose a place you may write to",
+    errno.EROFS: "the filesystem is read-only",
+    errno.ELOOP: "it is a symbolic link, which side files never follow",
+    errno.ENOTDIR: "a part of the path is not a directory",
+}
+
+
+def first_line(fd: int, limit: int = 1 << 20) -> bytes:
+    """The first line of an open file (with its newline), read with pread; at most ``limit``."""
+    out = b""
+    while len(out) < limit:
+        chunk = os.pread(fd, 65536, len(out))
+        if not chunk:
+            return out
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            return out + chunk[: nl + 1]
+        out += chunk
+    return out
+
+
+class Writer:
+    """Appends whole batches of bytes records to one OUT, each under an exclusive lock.
+
+    ``header`` (a bytes line) is written first when OUT is empty and must match OUT's first
+    line otherwise. ``side_file``: OUT is a side file (rejects), never followed through a
+    symbolic link. ``prepare`` runs under the lock on each batch, before it is written, and
+    returns the bytes to write (recover uses it to journal and to drop a repeated header).
+    Thread-safe; one per OUT per process is enough.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock: str = "auto",
+        sync: str = "auto",
+        header: bytes | None = None,
+        side_file: bool = False,
+        mode: int = 0o666,
+        prepare: Prepare | None = None,
+    ) -> None:
+        if sync not in SYNC_POLICIES:
+            raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
+        self.path = os.fspath(path)
+        self.locker = Locker(lock, self.path)
+        self.fsync = sync == "fsync" or (sync == "auto" and wants_fsync(self.path))
+        self._header = header
+        self.side_file = side_file
+        self.mode = mode
+        self._prepare = prepare
+        self._fd = -1
+        self._readable = True
+        self._end: tuple[int, int, int] | None = None  # (dev, ino, size) after our last write
+        self._header_ok: tuple[int, int] | None = None  # (dev, ino) whose header matched
+        self._mutex = threading.Lock()
+        self.lock_wait = 0.0  # seconds spent waiting for the lock, summed
+        self._pid = os.getpid()
+
+    @property
+    def header(self) -> bytes | None:
+        """The header line this writer puts first into an empty OUT (None: no header)."""
+        return self._header
+
+    def set_header(self, header: bytes | None) -> None:
+        """Name the header once it is known (the first mapping or key:value record)."""
+        with self._mutex:
+            if header != self._header:
+                self._header = header
+                self._header_ok = None
+
+    # -- descriptor ---------------------------------------------------------------------
+    def _open(self) -> int:
+        # O_RDWR so the torn-tail and header checks can pread the same descriptor: opening
+        # a second one would drop an fcntl lock the moment it is closed.
+        flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        if self.side_file:
+            # O_NONBLOCK: a FIFO planted at a side file's name must not hang the open; it is
+            # refused below and cleared again for the regular file.
+            flags |= os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            try:
+                fd = os.open(self.path, flags | os.O_RDWR, self.mode)
+                self._readable = True
+            except PermissionError:
+                fd = os.open(self.path, flags | os.O_WRONLY, self.mode)
+                self._readable = False
+        except OSError as e:
+            advice = _OPEN_ADVICE.get(e.errno or 0, e.strerror or str(e))
+            raise WriteError(
+                f"cannot open {self.path} for appending: {advice}", path=self.path, errno=e.errno
+            ) from e
+        if self.side_file:
+            self._check_regular(fd)
+        return fd
+
+    def _check_regular(self, fd: int) -> None:
+        # A side file is only ever a regular file: anything else planted at its name (a FIFO,
+        # a device) could hang the writer or send the records elsewhere.
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise WriteError(
+                f"cannot open {self.path} for appending: it is not a regular file; remove it",
+                path=self.path,
+                errno=errno.EINVAL,
+            )
+        os.set_blocking(fd, True)
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                os.close(fd)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the append path -----------------------------------------------------------------
+    def append(self, data: bytes, *, timeout: float) -> int:
+        """Append ``data`` (whole lines) to OUT under the lock; the bytes written.
+
+        Waits up to ``timeout`` seconds for the lock. Raises :class:`LockTimeout`,
+        :class:`LockError`, :class:`HeaderMismatch` or :class:`WriteError` (any I/O error,
+        after OUT was cut back to its size under the lock). Nothing is saved elsewhere:
+        :func:`zotsink._core.sidefiles.append_or_save` does that for the callers that want it.
+        """
+        if not data:
+            return 0
+        if not timeout >= 0:  # also refuses NaN
+            raise UsageError(f"a lock timeout must be a number of seconds >= 0, not {timeout!r}")
+        with self._mutex:
+            try:
+                return self._append(data, timeout)
+            except (LockError, WriteError):  # LockTimeout is a LockError
+                raise
+            except OSError as e:
+                # Any other I/O error under the lock (EIO from fstat, stat or pread on a sick
+                # mount) is a failed write: one error kind for the callers to save the batch.
+                raise WriteError(
+                    f"cannot append to {self.path}: {e.strerror or e}",
+                    path=self.path,
+                    errno=e.errno,
+                ) from e
+
+    def append_chunks(self, chunks: Iterator[bytes], *, timeout: float) -> int:
+        """Append one record given as a stream of chunks, under one lock hold.
+
+        For a record too large to hold in memory (an over-long line bound for the rejects
+        file). Nothing is spilled: on failure OUT is cut back and WriteError raised.
+        """
+        with self._mutex:
+            return self._append(chunks, timeout)
+
+    def _after_fork(self) -> None:
+        # A flock held through a description shared with the parent would not exclude the
+        # parent: the child drops its inherited copy and opens OUT afresh.
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+        self._end = self._header_ok = None
+        self.locker = Locker(self.locker.requested, self.path)
+        self._pid = os.getpid()
+
+    def _append(self, data: bytes | Iterator[bytes], timeout: float) -> int:
+        if self._pid != os.getpid():
+            self._after_fork()
+        fd, self._fd = self._fd, -1  # open_locked owns it until it returns
+        fd, st, waited = open_locked(self.path, self._open, self.locker, timeout, fd=fd)
+        self._fd = fd
+        self.lock_wait += waited
+        try:
+            return self._write_locked(fd, st, data)
+        finally:
+            self.locker.release()
+
+    def _write_locked(self, fd: int, st: os.stat_result, data: bytes | Iterator[bytes]) -> int:
+        size = st.st_size
+        ident = (st.st_dev, st.st_ino)
+        if self._prepare is not None and isinstance(data, bytes):
+            data = self._prepare(fd, st, data)
+            if not data:
+                return 0
+        prefix = b""
+        if size == 0:
+            if self._header:
+                prefix = self._header
+        else:
+            if self._header and self._header_ok != ident and self._readable:
+                found = first_line(fd)
+                if found != self._header:
+                    raise HeaderMismatch(
+                        f"{self.path} starts with the header {_show(found)}, not "
+                        f"{_show(self._header)}; nothing was written: choose another OUT "
+                        "or the same columns",
+                        path=self.path,
+                    )
+                self._header_ok = ident
+            # Torn tail: a writer died mid-line, or a foreign writer left no newline. Start
+            # on a fresh line so the fragment stays separate; never truncate other data.
+            if (
+                self._end != (st.st_dev, st.st_ino, size)
+                and self._readable
+                and os.pread(fd, 1, size - 1) != b"\n"
+            ):
+                prefix = b"\n"
+        pieces: Iterator[bytes] | list[bytes]
+        if isinstance(data, bytes):
+            pieces = [prefix + data if prefix else data]
+        else:
+            pieces = _chain(prefix, data)
+        written = 0
+        try:
+            for payload in pieces:
+                written += write_all(fd, payload)
+            if self.fsync:
+                os.fsync(fd)
+        except OSError as e:
+            self._cut_back(fd, size)
+            raise WriteError(
+                f"cannot append to {self.path}: {e.strerror or e}", path=self.path, errno=e.errno
+            ) from e
+        self._end = (st.st_dev, st.st_ino, size + written)
+        if self._header and size == 0:
+            self._header_ok = ident
+        return written
+
+    def _cut_back(self, fd: int, size: int) -> None:
+        # We hold the lock, so ``size`` is exact: no partial record stays behind.
+        try:
+            os.ftruncate(fd, size)
+            if self.fsync:
+                os.fsync(fd)
+        except OSError:
+            pass  # the spill still has every record; verify will show any fragment
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _show(line: bytes) -> str:
+    text = line.rstrip(b"\n").decode("utf-8", "replace")
+    return repr(text if len(text) <= 80 else text[:80] + "...")

@@ -1,0 +1,255 @@
+"""What every command shares: option decorators, reporting, and the exit-code table.
+
+The library raises exceptions and knows nothing of exit codes; this module is the ONE place
+that turns an exception type into the number a job script sees.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from typing import Any, Final, NoReturn, TypeVar
+
+import click
+
+from .._core.locking import LOCK_KINDS
+from .._core.records import FORMATS
+from .._core.writer import SYNC_POLICIES
+from ..errors import (
+    HeaderMismatch,
+    InputError,
+    LockError,
+    LockTimeout,
+    RecordError,
+    UsageError,
+    WriteError,
+    ZotsinkError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exception type -> exit code, most specific first (the first ``isinstance`` match wins).
+#: 1 data error or refused records · 2 usage · 74 I/O error (records spilled) · 75 lock
+#: timeout (records spilled); 128+N after signal N is decided by the command itself.
+EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
+    (LockTimeout, 75),
+    (LockError, 74),
+    (WriteError, 74),
+    (UsageError, 2),
+    (HeaderMismatch, 1),
+    (RecordError, 1),
+    (InputError, 1),
+    (ZotsinkError, 1),
+    (OSError, 74),
+)
+#: An unexpected internal failure (sysexits EX_SOFTWARE).
+EXIT_INTERNAL: Final = 70
+
+FORMAT_CHOICES: Final = ("auto", *FORMATS)
+CONTEXT: Final = {"help_option_names": ["-h", "--help"]}
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code for ``error`` (see :data:`EXIT_CODES`)."""
+    for kind, code in EXIT_CODES:
+        if isinstance(error, kind):
+            return code
+    return EXIT_INTERNAL
+
+
+def outcome_code(error: BaseException | None, refused: int, signum: int | None) -> int:
+    """The exit code of a run that may have refused records, failed, and been stopped.
+
+    A stop signal outranks everything (the job script must see 128+N to know it was cut
+    short), then the error (74/75: records are in a spill file), then refused records (1).
+    """
+    if signum is not None:
+        return 128 + signum
+    if error is not None:
+        return exit_code(error)
+    return 1 if refused else 0
+
+
+class _State:
+    verbose = 0
+    quiet = False
+
+
+state = _State()
+
+
+def say(message: str, *, level: int = 0) -> None:
+    """A progress or report line on stderr (``-q`` silences, ``-v`` shows level 1)."""
+    if state.quiet or level > state.verbose:
+        return
+    click.echo(f"zotsink: {message}", err=True)
+
+
+def warn(message: str) -> None:
+    if not state.quiet:
+        click.echo(f"zotsink: warning: {message}", err=True)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"zotsink: error: {message}", err=True)
+    sys.exit(code)
+
+
+def run_api(call: Callable[[], Any]) -> Any:
+    """Run an API call, turning zotsink errors into a message and their exit code."""
+    try:
+        return call()
+    except ZotsinkError as e:
+        if state.verbose:
+            import traceback
+
+            traceback.print_exc()
+        fail(e.message, exit_code(e))
+
+
+def set_verbosity(verbose: int, quiet: bool) -> None:
+    state.verbose = verbose
+    state.quiet = quiet
+
+
+def show_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    warn(str(message))
+
+
+# -- option values ----------------------------------------------------------------------------
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds in ``[0, maximum]`` (``inf`` and ``nan`` are refused: a
+    value the engine cannot wait for would only fail after stdin was read)."""
+
+    name = "seconds"
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = maximum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(number) or not 0 <= number <= self.maximum:
+            self.fail(f"{value!r} is not between 0 and {self.maximum:g} seconds", param, ctx)
+        return number
+
+
+def column_list(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [c.strip() for c in value.split(",")]
+
+
+# -- shared option decorators -------------------------------------------------------------------
+
+
+def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(f: F) -> F:
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+#: Longest --timeout: about 115 days, far past any walltime.
+MAX_TIMEOUT: Final = 1e7
+
+
+def lock_options(f: F) -> F:
+    """``--lock`` and ``--timeout``: every command that takes OUT's lock."""
+    return _stack(
+        click.option(
+            "--lock",
+            type=click.Choice(LOCK_KINDS),
+            default="auto",
+            show_default=True,
+            help="Lock kind.",
+        ),
+        click.option(
+            "--timeout",
+            type=Seconds(MAX_TIMEOUT),
+            default=600.0,
+            show_default=True,
+            help="Longest wait for the lock (s); then the records are spilled, exit 75.",
+        ),
+    )(f)
+
+
+def sync_option(f: F) -> F:
+    return click.option(
+        "--sync",
+        type=click.Choice(SYNC_POLICIES),
+        default="auto",
+        show_default=True,
+        help="auto: fsync before unlock on network and FUSE filesystems.",
+    )(f)
+
+
+def format_option(f: F) -> F:
+    return click.option(
+        "-f",
+        "--format",
+        "fmt",
+        type=click.Choice(FORMAT_CHOICES),
+        default="auto",
+        show_default=True,
+        help="auto: .tsv/.tab -> tsv, .csv -> csv, else lines.",
+    )(f)
+
+
+def record_options(f: F) -> F:
+    """How records are shaped: ``--format --columns --kv --stamp`` (append, run)."""
+    return _stack(
+        format_option,
+        click.option("--columns", metavar="A,B,C", help="The header; checked against OUT's."),
+        click.option(
+            "--kv",
+            metavar="[SEP]",
+            help="Input lines are key:value tokens (SEP ':' by default, or '=').",
+        ),
+        click.option(
+            "--stamp",
+            metavar="[FIELDS]",
+            help="Prepend provenance: any of time,host,pid,job,task "
+            "(bare --stamp: time,host,job,task).",
+        ),
+    )(f)
+
+
+def quiet_option(f: F) -> F:
+    return click.option("-q", "--quiet", is_flag=True, help="Only errors on stderr.")(f)
+
+
+def verbose_option(f: F) -> F:
+    return click.option("-v", "--verbose", count=True, help="Report what was done.")(f)
+
+
+def json_option(f: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the report as JSON on stdout."
+    )(f)
+
+
+def print_json(data: Any) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2))
+
+
+def stdout_closed() -> NoReturn:
+    """`zotsink cat out | head`: the reader left; that is not an error of ours."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
