@@ -93,6 +93,17 @@ def test_options_before_out_complete_in_bash(cwd: Path) -> None:
     assert {"--stamp", "--columns", "--lock", "--version", "--help"} <= set(got)
 
 
+def test_a_mistyped_command_is_not_reported_while_completing(cwd: Path) -> None:
+    # `zotsink verfy out.tsv` is refused when run; a TAB must not print that error mid-line
+    # (bash_complete asserts an empty stderr)
+    assert bash_complete(["zotsink", "verfy", "--st"], cwd) == ["--stamp"]
+    r = subprocess.run(
+        [sys.executable, "-m", "zotsink", "verfy", "out.tsv"], cwd=cwd, capture_output=True,
+        text=True, env=env(),
+    )  # fmt: skip
+    assert r.returncode == 2 and "did you mean `zotsink verify`" in r.stderr
+
+
 def test_out_completes_as_a_file_name_beside_the_commands(cwd: Path) -> None:
     assert bash_complete(["zotsink", "ou"], cwd) == ["<bash completes file names>"]
     # a matching command name wins over file names (bash's `-o default` only applies
