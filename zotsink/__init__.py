@@ -8,7 +8,9 @@ start-up, and ``import zotsink.cli`` loads no writer at all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# Not `from typing import TYPE_CHECKING`: importing typing costs milliseconds that `import
+# zotsink` alone should not pay. Type checkers treat this name as typing's own.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -20,6 +22,8 @@ _LAZY = {
     "Sink": "zotsink._append",
     "append_stream": "zotsink._stream",
     "StreamReport": "zotsink._stream",
+    "append_member": "zotsink._pack.append",
+    "append_members": "zotsink._pack.append",
     # reading
     "read_records": "zotsink._read",
     "snapshot": "zotsink._read",
@@ -37,6 +41,7 @@ _LAZY = {
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
+    "export": "zotsink._collect.export",
     "doctor": "zotsink._doctor.doctor",
     "DoctorReport": "zotsink._doctor.doctor",
     # errors and warnings
@@ -54,7 +59,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'zotsink' has no attribute {name!r}")
@@ -75,7 +80,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._check.report import Problem, VerifyReport
     from ._check.verify import repair, verify
     from ._collect.collect import CollectReport, collect
+    from ._collect.export import export
     from ._doctor.doctor import DoctorReport, doctor
+    from ._pack.append import append_member, append_members
     from ._read import read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._stream import StreamReport, append_stream

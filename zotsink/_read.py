@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from ._core.fileio import pread_chunks
 from ._core.locking import Locker, open_locked
-from ._core.records import decode_row, format_for, split_lines
+from ._core.records import csv_module, decode_row, format_for, split_lines
 from .errors import InputError, RecordError
 
 __all__ = ["iter_snapshot", "read_records", "snapshot"]
@@ -42,7 +42,9 @@ def snapshot(
     """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd."""
     p = os.fspath(path)
     locker = Locker(lock, p)
-    fd, st, _waited = open_locked(p, lambda: _open_for_reading(p), locker, timeout, shared=True)
+    (fd, _dev, _ino), st, _waited = open_locked(
+        p, lambda: _open_for_reading(p), locker, timeout, shared=True
+    )
     try:
         locker.release()
     except BaseException:
@@ -100,9 +102,7 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
 
 def _rows(chunks: Iterator[bytes], fmt: str) -> Iterator[list[str]]:
     if fmt == "csv":
-        import csv
-
-        yield from csv.reader(ln + "\n" for ln in _lines(chunks))
+        yield from csv_module().reader(ln + "\n" for ln in _lines(chunks))
     elif fmt == "tsv":
         for ln in _lines(chunks):
             yield decode_row(ln, "tsv")

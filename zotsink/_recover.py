@@ -1,24 +1,44 @@
-"""``zotsink recover``: spill files folded back into OUT, exactly once.
+"""``zotsink recover``: spill files folded back into OUT, exactly once, and only them.
 
-A spill file holds a batch that could not be appended (lock timeout, ENOSPC, ...). Recover
-appends it under OUT's lock, fsyncs, and only then removes it. A journal beside the spill
-file (``SPILL.recovering``) makes a recover that was killed in between safe to repeat.
+A spill file (``OUT.spill.<host>.<pid>[.<n>]``) holds batches that could not be appended
+(lock timeout, ENOSPC, ...). For each one, recover:
+
+1. opens it without following a link or blocking on a FIFO, and trusts it only as a
+   regular file of the user's own (see :func:`side_file_problem`);
+2. takes the spill file's own lock, the one its writer holds while it adds a batch, and
+   keeps it to the end: its writer may still be alive (on another host, recover cannot
+   tell), but it cannot add a byte meanwhile, and once the lock is free again it finds the
+   file gone and starts a new one. So what recover removes is exactly what it read;
+3. under OUT's lock writes a journal beside it (``SPILL.recovering``: where in OUT the
+   bytes go, and their digest), appends them and fsyncs;
+4. removes the spill file, then the journal.
+
+A recover killed between 3 and 4 is repeated safely: the next one finds the journal, sees
+those bytes in OUT, and only removes the spill file. A journal is trusted only when it is a
+regular file of the user's own, and is checked against OUT's bytes; one planted
+by someone else (a forged note, a FIFO) leaves its spill file alone, with the reason.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from ._core.fileio import fsync_dir, write_all
+from ._core.fileio import fsync_dir, pread_chunks, side_file_problem, write_all
+from ._core.locking import Locker, open_locked
 from ._core.records import format_for
-from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
+from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name, spill_name_problem
 from ._core.writer import Writer, first_line
+from .errors import UsageError
 
 __all__ = ["RecoverReport", "recover"]
+
+#: Longest journal recover writes; anything longer was not written by recover.
+_JOURNAL_MAX: Final = 4096
 
 
 def _sha256(data: bytes = b"") -> Any:
@@ -29,18 +49,22 @@ def _sha256(data: bytes = b"") -> Any:
     return hashlib.sha256(data)
 
 
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.remove(path)
-
-
 class RecoverReport(NamedTuple):
-    """What :func:`recover` moved into OUT, and the spill files it left to a live writer."""
+    """What :func:`recover` moved into OUT, and the spill files it left, with why."""
 
     files: list[str]
     records: int
     bytes: int
-    busy: list[str]
+    busy: list[str]  # a writer on this host still runs: it may add more
+    refused: tuple[tuple[str, str], ...] = ()  # (spill file, why it was not trusted)
+
+
+class _Refused(Exception):
+    """This spill file (or its journal) cannot be trusted; the message says why."""
+
+
+class _Skip(Exception):
+    """Raised under OUT's lock: this spill file's records are in OUT already."""
 
 
 def _owner_alive(path: str) -> bool:
@@ -48,7 +72,7 @@ def _owner_alive(path: str) -> bool:
     tail = os.path.basename(path).split(".spill.", 1)[-1]  # <host>.<pid>[.<n>]
     mine = host_name() + "."
     if not tail.startswith(mine):
-        return False  # another host's writer: this host cannot tell, and it has ended its job
+        return False  # another host's writer: this host cannot tell; the lock keeps it safe
     pid_text = tail[len(mine) :].split(".", 1)[0]
     if not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
@@ -61,91 +85,238 @@ def _owner_alive(path: str) -> bool:
     return True
 
 
-class _Skip(Exception):
-    """Raised under OUT's lock: this spill file is not to be appended."""
+def _open_side(path: str) -> int:
+    """Open a spill file or journal found by name: never through a link, never blocking on
+    a FIFO, and only a regular file of the user's own. -1 when it is gone;
+    :class:`_Refused` (saying why, of "it") otherwise."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        try:
+            fd = os.open(path, flags | os.O_RDWR)
+        except PermissionError:
+            fd = os.open(path, flags | os.O_RDONLY)
+    except FileNotFoundError:
+        return -1
+    except OSError as e:
+        why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
+        raise _Refused(why if e.errno == errno.ELOOP else f"cannot open it: {why}") from None
+    problem = side_file_problem(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        raise _Refused(problem)
+    return fd
 
-    def __init__(self, done: bool) -> None:
-        super().__init__()
-        self.done = done  # True: its records are in OUT already; False: another recover has it
+
+class _Journal:
+    """``SPILL.recovering``: which bytes of OUT hold this spill file's records."""
+
+    def __init__(self, spill: str) -> None:
+        self.path = spill + JOURNAL_SUFFIX
+        self.fields: list[str] | None = None
+        self.exists = False
+        try:
+            fd = _open_side(self.path)
+        except _Refused as e:
+            raise _Refused(
+                f"its journal {self.path}: {e}; it may have been put there to make recover "
+                "drop this spill file unread, or hang: move the spill file to a directory "
+                "of your own and name it (`zotsink recover OUT NEWPATH`)"
+            ) from None
+        if fd < 0:
+            return
+        self.exists = True
+        try:
+            data = os.read(fd, _JOURNAL_MAX + 1)
+        finally:
+            os.close(fd)
+        fields = data.decode("ascii", "replace").split()
+        if len(data) <= _JOURNAL_MAX and len(fields) == 6:
+            self.fields = fields  # else damaged: it proves nothing, and is replaced
+
+    def proves(self, digest: str, fd: int, st: os.stat_result) -> bool:
+        """Whether OUT (open as ``fd``) already holds the spill content ``digest``."""
+        if self.fields is None:
+            return False
+        data_digest, dev, ino, offset, length, payload_digest = self.fields
+        try:
+            if data_digest != digest or (int(dev), int(ino)) != (st.st_dev, st.st_ino):
+                return False
+            # The writer may have put one newline before the payload (a torn tail).
+            return any(
+                _digest_at(fd, st.st_size, at, int(length)) == payload_digest
+                for at in (int(offset), int(offset) + 1)
+            )
+        except (OSError, ValueError):
+            return False
+
+    def write(self, note: str) -> None:
+        """Write the journal afresh (under OUT's lock); created exclusively, so nothing
+        planted at its name meanwhile is written through."""
+        if self.exists:
+            try:
+                os.remove(self.path)  # checked when it was read: a journal recover wrote
+            except FileNotFoundError:
+                pass
+            except OSError as e:  # the directory no longer lets us
+                raise _Refused(
+                    f"its journal {self.path} cannot be replaced: {e.strerror}"
+                ) from None
+        try:
+            fd = os.open(
+                self.path,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+            )
+        except FileExistsError:
+            raise _Refused(
+                f"someone created {self.path} while recover ran; the spill file is left alone"
+            ) from None
+        except OSError as e:
+            # Without its journal a recover killed after the append would append it again.
+            raise _Refused(
+                f"cannot write its journal {self.path} ({e.strerror}): move the spill file to "
+                "a directory you may write to and name it (`zotsink recover OUT NEWPATH`)"
+            ) from None
+        self.exists = True
+        try:
+            write_all(fd, note.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(os.path.dirname(self.path) or ".")
+
+    def remove(self) -> None:
+        if self.exists:
+            # Its spill file is gone: a journal left behind proves nothing any more, and
+            # the next recover clears it.
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
+
+
+def _digest_at(fd: int, size: int, pos: int, length: int) -> str | None:
+    if size < pos + length:
+        return None
+    h = _sha256()
+    got = 0
+    for chunk in pread_chunks(fd, pos + length, start=pos):
+        h.update(chunk)
+        got += len(chunk)
+    return h.hexdigest() if got == length else None
 
 
 class _Claim:
     """The writer's ``prepare`` hook for one spill file: runs under OUT's lock.
 
-    A recover killed after OUT's fsync but before it removed the spill file would append
-    the same records again on the next run. So a journal beside the spill file first notes
-    where they go (OUT's device, inode, offset, length and digest) and which spill content
-    they are; a later recover that finds the journal, and those bytes in OUT, only removes
-    the spill file. Holding the lock also keeps two recovers from taking one spill file.
     A tsv/csv spill file whose first line is OUT's header gives that line up when OUT
     already starts with it.
     """
 
-    def __init__(self, spill: str, data: bytes, headed: bool) -> None:
-        self.spill = spill
+    def __init__(self, journal: _Journal, data: bytes, headed: bool) -> None:
+        self.journal = journal
         self.digest = _sha256(data).hexdigest()
         nl = data.find(b"\n")
         self.first = data[: nl + 1] if headed and nl >= 0 else None
         self.skipped_header = False
 
     def __call__(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
-        journal = self.spill + JOURNAL_SUFFIX
-        if _already_in(journal, self.digest, fd, st):
-            raise _Skip(done=True)
-        if not os.path.exists(self.spill):
-            raise _Skip(done=False)  # another recover appended it meanwhile
+        if self.journal.proves(self.digest, fd, st):
+            raise _Skip
         if self.first is not None and st.st_size and first_line(fd) == self.first:
             data = data[len(self.first) :]
             self.skipped_header = True
         # The writer may put one newline before ``data`` (a torn tail): the journal names
-        # the offset without it, and _already_in looks at both places.
+        # the offset without it, and _Journal.proves looks at both places.
         note = f"{self.digest} {st.st_dev} {st.st_ino} {st.st_size} {len(data)} "
-        note += _sha256(data).hexdigest() + "\n"
-        jfd = os.open(
-            journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
-        try:
-            write_all(jfd, note.encode())
-            os.fsync(jfd)
-        finally:
-            os.close(jfd)
-        fsync_dir(os.path.dirname(journal) or ".")
+        self.journal.write(note + _sha256(data).hexdigest() + "\n")
         return data
 
 
-def _already_in(journal: str, digest: str, fd: int, st: os.stat_result) -> bool:
-    """Whether ``journal`` proves that this spill content was appended to OUT (open as fd)."""
+def _recover_one(
+    out: str, path: str, headed: bool, lock: str, timeout: float
+) -> tuple[int, int] | None:
+    """Append one spill file to OUT and remove it: ``(records, bytes)``; None if gone."""
+
+    def opener() -> int:
+        try:
+            fd = _open_side(path)
+        except _Refused as e:
+            raise _Refused(
+                f"{e}; it may have been put there to slip records into {out}: check it, and "
+                f"if its records belong there, append them with `zotsink {out} < FILE`"
+            ) from None
+        if fd < 0:
+            raise FileNotFoundError(errno.ENOENT, "gone", path)
+        return fd
+
+    locker = Locker(lock, path)
     try:
-        with open(journal, "rb") as f:
-            fields = f.read(4096).decode("ascii").split()
-        data_digest, dev, ino, offset, length, payload_digest = fields
-        if data_digest != digest or (int(dev), int(ino)) != (st.st_dev, st.st_ino):
-            return False
-        return any(
-            _digest_at(fd, st.st_size, at, int(length)) == payload_digest
-            for at in (int(offset), int(offset) + 1)
+        # The spill file's own lock, held to the end (see the module's docstring).
+        (fd, _dev, _ino), st, _waited = open_locked(path, opener, locker, timeout)
+    except FileNotFoundError:
+        return None  # another recover took it
+    try:
+        journal = _Journal(path)  # checked before OUT's lock is taken
+        data = b"".join(pread_chunks(fd, st.st_size))
+        records = written = 0
+        if data:
+            if not data.endswith(b"\n"):
+                data += b"\n"
+            claim = _Claim(journal, data, headed)
+            try:
+                with Writer(out, lock=lock, sync="fsync", prepare=claim) as w:
+                    written = w.append(data, timeout=timeout)
+                records = data.count(b"\n") - (1 if claim.skipped_header else 0)
+            except _Skip:
+                pass  # a recover before this one appended them and died before the removal
+        # Only now, with the records fsynced in OUT and this file still locked: nobody has
+        # added to it since it was read.
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            # The journal stays, so a later recover only tries the removal again.
+            raise _Refused(
+                f"its records are in {out} now, but it cannot be removed ({e.strerror}): "
+                "remove it yourself"
+            ) from None
+        fsync_dir(os.path.dirname(path) or ".")
+        journal.remove()
+        return records, written
+    finally:
+        with contextlib.suppress(OSError):
+            locker.release()
+        os.close(fd)
+
+
+def _check_names(out: str, paths: list[str]) -> None:
+    """Refuse, before anything is done, every named file that is not a spill file of OUT."""
+    try:
+        out_st: os.stat_result | None = os.stat(out)
+    except OSError:
+        out_st = None
+    bad = []
+    for p in paths:
+        why = spill_name_problem(out, p)
+        if why is None and out_st is not None:
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(p), out_st):
+                    why = "it is OUT itself"
+        if why is not None:
+            bad.append(f"{p} ({why})")
+    if bad:
+        base = os.path.basename(os.path.abspath(out))
+        raise UsageError(
+            f"not spill files of {out}: " + "; ".join(bad) + f". recover takes only files "
+            f"named {base}.spill.<host>.<pid>[.<n>]: name those, or none to take every one "
+            f"beside {out}",
+            path=out,
         )
-    except (OSError, ValueError):  # none, unreadable or damaged: proves nothing
-        return False
-
-
-def _digest_at(fd: int, size: int, pos: int, length: int) -> str | None:
-    end = pos + length
-    if size < end:
-        return None
-    h = _sha256()
-    while pos < end:
-        chunk = os.pread(fd, min(1 << 20, end - pos), pos)
-        if not chunk:
-            return None
-        h.update(chunk)
-        pos += len(chunk)
-    return h.hexdigest()
 
 
 def recover(
-    out: str,
-    spills: Iterable[str] | None = None,
+    out: str | os.PathLike[str],
+    spills: Iterable[str | os.PathLike[str]] | None = None,
     *,
     lock: str = "auto",
     timeout: float = 600.0,
@@ -153,11 +324,13 @@ def recover(
 ) -> RecoverReport:
     """Append spill files to OUT under the lock, fsync, then remove each one.
 
-    ``spills`` defaults to the spill files beside OUT. For a tsv or csv OUT, a spill file
-    whose first line is OUT's header gives up that line when OUT already has it. A spill file
-    is removed only after its records were written and fsynced, and a journal beside it
-    (``SPILL.recovering``) lets a recover that was interrupted in between be repeated
-    without appending them twice.
+    ``spills`` defaults to the spill files beside OUT; named ones must be spill files of
+    OUT by name (``OUT.spill.<host>.<pid>[.<n>]``, in any directory), else
+    :class:`UsageError` is raised before anything is done. A spill file whose writer still
+    runs on this host is left (``busy``) unless ``force``; one that cannot be trusted (not
+    a regular file, planted by another user, a journal planted beside it) is left
+    (``refused``, with the reason). For a tsv or csv OUT, a spill file whose first line is
+    OUT's header gives up that line when OUT already has it.
     """
     out = os.fspath(out)
     # Only a tsv or csv OUT starts with a header (verify and read_records read it so). In
@@ -165,35 +338,39 @@ def recover(
     # must not be taken for a repeated header and dropped; a lines OUT written with
     # --columns may then show its header line once more, which is visible, not lost.
     headed = format_for(out) != "lines"
-    paths = list(spills) if spills is not None else find_spills(out)
+    if spills is None:
+        paths = find_spills(out)
+    else:
+        paths = [os.fspath(p) for p in spills]
+        _check_names(out, paths)
     done: list[str] = []
-    busy = [p for p in paths if not force and _owner_alive(p)]
+    busy: list[str] = []
+    refused: list[tuple[str, str]] = []
     records = size = 0
     for p in paths:
-        if p in busy:
+        if not force and _owner_alive(p):
+            busy.append(p)
             continue
         try:
-            with open(p, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            continue  # another recover took it
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-        claim = _Claim(p, data, headed)
-        try:
-            with Writer(out, lock=lock, sync="fsync", prepare=claim) as w:
-                size += w.append(data, timeout=timeout)
-            records += data.count(b"\n") - (1 if claim.skipped_header else 0)
-        except _Skip as e:
-            if not e.done:
-                continue
-        # Only now, with the records fsynced in OUT: the spill file, then its journal.
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(p)
-        _remove_quietly(p + JOURNAL_SUFFIX)
-        done.append(p)
+            got = _recover_one(out, p, headed, lock, timeout)
+        except _Refused as e:
+            refused.append((p, str(e)))
+            continue
+        if got is not None:
+            records += got[0]
+            size += got[1]
+            done.append(p)
     if spills is None:
-        for j in glob.glob(glob.escape(out) + ".spill.*" + JOURNAL_SUFFIX):
-            if not os.path.lexists(j[: -len(JOURNAL_SUFFIX)]):
-                _remove_quietly(j)  # its spill file is gone: a recover died before this
-    return RecoverReport(done, records, size, busy)
+        _clear_orphan_journals(out)
+    return RecoverReport(done, records, size, busy, tuple(refused))
+
+
+def _clear_orphan_journals(out: str) -> None:
+    """Remove this user's journals whose spill file is gone (a recover died in between)."""
+    for j in glob.glob(glob.escape(out) + ".spill.*" + JOURNAL_SUFFIX):
+        if os.path.lexists(j[: -len(JOURNAL_SUFFIX)]):
+            continue
+        with contextlib.suppress(OSError):
+            st = os.lstat(j)
+            if side_file_problem(st) is None:
+                os.remove(j)

@@ -20,7 +20,8 @@ from typing import Final, NamedTuple
 
 from ._append import make_encoder
 from ._core import sidefiles
-from ._core.records import MAX_LINE, Encoder, format_for, parse_kv
+from ._core.kv import parse_kv
+from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.stamp import utc_now
 from ._core.writer import Writer
 from ._signals import Stopper
@@ -58,8 +59,11 @@ class _Batcher:
         self.rejects: list[tuple[str, bytes]] = []
         self.line_no = 0
         # Plain pass-through needs no per-line work unless a NUL byte shows up.
+        # (In csv every line is parsed: a quote left open would swallow later records.)
         self.plain = (
-            kv is None and not encoder.stamp and (encoder.columns is None or encoder.fmt == "lines")
+            kv is None
+            and not encoder.stamp
+            and (encoder.fmt == "lines" or (encoder.columns is None and encoder.fmt == "tsv"))
         )
 
     def encode(self, block: bytes) -> tuple[bytes, int]:

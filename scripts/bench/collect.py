@@ -14,11 +14,13 @@ the others. Miller comes from the Debian package ``miller`` (``scripts/test`` in
 run as root); without ``mlr`` on PATH its row is skipped.
 
 Memory (``--memory N``): makes N files (two writer processes), runs one collect as a child
-process and reports its peak RSS from ``wait4``'s resource usage.
+process and reports its peak RSS from ``wait4``'s resource usage. ``--member MIB``: the same
+for a .tar.gz holding one MIB MiB member (skipped unread over ``--max-file-size``).
 
     scripts/bench/collect.py                      # 27,000 files, 5 runs each
     scripts/bench/collect.py --json               # the same as JSON
     scripts/bench/collect.py --memory 1000000     # peak RSS of collecting a million files
+    scripts/bench/collect.py --member 2048        # peak RSS with a 2 GiB archive member
 """
 
 from __future__ import annotations
@@ -171,6 +173,54 @@ def memory(args: argparse.Namespace, work: str) -> dict[str, Any]:
     }
 
 
+def member(args: argparse.Namespace, work: str) -> dict[str, Any]:
+    """Peak RSS of collecting a .tar.gz that holds one big member (zeros) beside two tiny
+    ones: the big one must be skipped unread (--max-file-size) with memory flat."""
+    import io
+    import tarfile
+
+    size = args.member << 20
+    arch = os.path.join(work, "big.tar.gz")
+    t0 = time.perf_counter()
+    with tarfile.open(arch, "w:gz", compresslevel=1) as t:
+        for name, data in (("a.txt", b"x:1"), ("c.txt", b"x:3")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+        ti = tarfile.TarInfo("b.txt")
+        ti.size = size
+        t.addfile(ti, _Zeros(size))  # type: ignore[arg-type]
+    made = time.perf_counter() - t0
+    out = os.path.join(work, "out.tsv")
+    wall, cpu, rss = _run([*ZOTSINK, "collect", arch, "-o", out, "-q", *args.collect_args])
+    with open(out, "rb") as f:
+        rows = sum(1 for _ in f) - 1
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "member_mib": args.member,
+        "archive_mb": round(os.path.getsize(arch) / 1e6, 1),
+        "rows": rows,
+        "generate_s": round(made, 1),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "peak_rss_mb": round(rss, 1),
+        "load": round(os.getloadavg()[0], 1),
+        "collect_args": args.collect_args,
+    }
+
+
+class _Zeros:
+    """A file-like object of ``n`` zero bytes, for tarfile.addfile (nothing held in memory)."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def read(self, k: int = -1) -> bytes:
+        k = self.left if k < 0 else min(k, self.left)
+        self.left -= k
+        return bytes(k)
+
+
 def _print_speed(r: dict[str, Any]) -> None:
     print(
         f"{r['date']}: {r['rows']} rows from {r['files'] or r['dir']} files, {r['runs']} "
@@ -193,17 +243,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed runs of each command (5)")
     p.add_argument("--dir", help="use this existing directory instead of making one")
     p.add_argument("--memory", type=int, metavar="N", help="measure peak RSS on N files")
+    p.add_argument(
+        "--member", type=int, metavar="MIB", help="peak RSS of a .tar.gz with a MIB MiB member"
+    )
     p.add_argument("--tmp", help="where to make the files (default $TMPDIR)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("collect_args", nargs="*", help="extra collect options for --memory (after --)")
     args = p.parse_args(argv)
     work = tempfile.mkdtemp(prefix="zotsink-bench-", dir=args.tmp)
     try:
-        res = memory(args, work) if args.memory else speed(args, work)
+        if args.member:
+            res = member(args, work)
+        else:
+            res = memory(args, work) if args.memory else speed(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(res, indent=2))
+    elif args.member:
+        print(
+            f"{res['date']}: a {res['archive_mb']} MB .tar.gz holding a {res['member_mib']} MiB "
+            f"member and 2 tiny ones: {res['rows']} rows in {res['wall_s']} s (CPU "
+            f"{res['cpu_s']} s), peak RSS {res['peak_rss_mb']} MB, load {res['load']}"
+        )
     elif args.memory:
         print(
             f"{res['date']}: collected {res['rows']} rows from {res['files'] or res['dir']} "

@@ -5,6 +5,9 @@
 #                       one-brick volume, mount it three times; prints the mount points
 #   gluster.sh status   what runs and what is mounted; exit 0 only when fully up
 #   gluster.sh down     unmount, stop and delete the volume, stop what `up` started
+#   gluster.sh attach PID
+#                       mount the volume inside the namespaces of process PID (a node
+#                       of slurm.sh) at the same mount points, with a client of its own
 #
 # Each mount point gets its own glusterfs FUSE client process, so the mounts behave
 # like separate cluster nodes: mount 1 and mount 2 are the writer "nodes", mount 3 an
@@ -308,6 +311,7 @@ teardown() {
         log "removed leftover volume definition $GLUSTERD_VOLDIR"
     fi
     rm -rf "$BRICK"
+    rmdir "$STATE/brick" 2>/dev/null || true
 }
 
 cmd_down() {
@@ -326,6 +330,43 @@ cmd_down() {
     rm -f "$MOUNTS_FILE"
     [ ${#left[@]} -eq 0 ] || die "$EXIT_FAILED" "down incomplete: ${left[*]}"
     log "down in $(since "$t0") s"
+}
+
+# The node's client runs in the node's mount and PID namespaces, so it mounts only there
+# and ends with the node, but in this host's network namespace, where glusterd and the
+# brick listen on loopback addresses. One client serves all the mount points (bind
+# mounts), like the one client of a real node.
+cmd_attach() {
+    local pid=${1:-} first m node t0
+    case "$pid" in '' | *[!0-9]*) die "$EXIT_USAGE" "usage: $0 attach PID" ;; esac
+    t0=$(now)
+    need_root "mount GlusterFS"
+    take_lock "$STATE"
+    healthy || die "$EXIT_PRECONDITION" "the volume is not up (gluster.sh up)"
+    node=$(nsenter --target "$pid" --uts hostname) || die "$EXIT_FAILED" "no process $pid"
+    first=${MOUNTS[0]}
+    in_node() { nsenter --target "$pid" --mount --pid -- "$@"; }
+    in_node mkdir -p "${MOUNTS[@]}"
+    [ -z "$(in_node awk -v m="$first" '$5 == m' /proc/self/mountinfo)" ] ||
+        die "$EXIT_FAILED" "$first is already a mount point in $node"
+    # shellcheck disable=SC2086  # CLIENT_ARGS is a list of words on purpose
+    in_node /usr/sbin/glusterfs --process-name fuse --volfile-server="$VOLFILE_SERVER" \
+        --volfile-id="/$VOLUME" --log-file="$LOGS/client-$node.log" \
+        $CLIENT_ARGS "$first" </dev/null >"$LOGS/client-$node.out" 2>&1 9>&- ||
+        die "$EXIT_FAILED" "glusterfs client for $node failed to start:" \
+            "$(head -n 1 "$LOGS/client-$node.out" 2>/dev/null) (log: $LOGS/client-$node.log)"
+    for _ in $(seq 1 200); do
+        if [ "$(in_node bash -c "$(declare -f mount_fstype); mount_fstype $first")" = fuse.glusterfs ] &&
+            in_node timeout 5 ls "$first" >/dev/null 2>&1; then
+            for m in "${MOUNTS[@]:1}"; do
+                in_node mount --bind "$first" "$m" || die "$EXIT_FAILED" "bind mount of $m in $node failed"
+            done
+            log "mounted in $node in $(since "$t0") s"
+            return 0
+        fi
+        sleep 0.05
+    done
+    die "$EXIT_FAILED" "mount in $node did not come up within 10 s (log: $LOGS/client-$node.log)"
 }
 
 cmd_status() {
@@ -359,8 +400,9 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
+    attach) cmd_attach "${2:-}" ;;
     *)
-        echo "usage: $0 up|down|status" >&2
+        echo "usage: $0 up|down|status|attach PID" >&2
         exit "$EXIT_USAGE"
         ;;
 esac

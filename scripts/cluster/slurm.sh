@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# A one-host Slurm cluster (munged + slurmctld + slurmd) for zotsink's job-array tests.
+# A Slurm cluster of several compute nodes on this one host, for zotsink's job-array tests.
 #
-#   slurm.sh up       install packages if missing, write slurm.conf, start the daemons,
-#                     wait until the node is idle and a one-task job runs
+#   slurm.sh up       install packages if missing, write slurm.conf, start munged and
+#                     slurmctld here and one node per namespace (see nodes.sh) with its
+#                     own slurmd, wait until every node is idle and a job runs
 #   slurm.sh status   what runs; exit 0 only when fully up
-#   slurm.sh down     cancel every job, stop what `up` started
+#   slurm.sh down     cancel every job, stop the nodes and what `up` started, delete the
+#                     bridge and the veths
+#
+# Each node has its own hostname (node1, node2, ...), address, slurmd and, when the
+# GlusterFS volume (gluster.sh) or the MooseFS file system (moosefs.sh) is up, its own
+# FUSE client of it, mounted at the same paths as on this host: a job sees the paths the
+# tests pass it, served by its node's client, as on a real cluster. Bring the file
+# systems up before Slurm; a file system brought up later is not seen by running nodes.
+# slurmctld and munged run in the host; one munged serves every node through its
+# socket (one key, as on a real cluster).
 #
 # Runs without systemd and without cgroups: processes are tracked through /proc
-# (proctrack/linuxproc) and tasks are not bound (task/none). The node advertises more
+# (proctrack/linuxproc) and tasks are not bound (task/none). Each node advertises more
 # CPUs than the host has (SlurmdParameters=config_overrides) and the scheduler starts
 # batch jobs at once (batch_sched_delay=0): tasks that mostly wait on I/O then run many
 # at a time, and a 100-task array finishes in seconds instead of minutes.
@@ -19,12 +29,16 @@
 # Settings (environment):
 #   ZOTSINK_SLURM_STATE         state dir: slurm.conf, controller state, spool, logs,
 #                               pid files (default /var/tmp/zotsink-cluster/slurm)
-#   ZOTSINK_SLURM_CPUS          CPUs the node advertises (default 32)
+#   ZOTSINK_SLURM_NODES         number of compute nodes, 1 to 9 (default 3)
+#   ZOTSINK_SLURM_CPUS          CPUs each node advertises (default 12)
+#   ZOTSINK_SLURM_NET           private /24 of the nodes' bridge, first three octets
+#                               (default 10.231.0: host 10.231.0.1, nodeN 10.231.0.1N)
 #   ZOTSINK_SLURM_SCHED_PARAMS  SchedulerParameters (default batch_sched_delay=0;
 #                               Slurm's own default delay of 3 s triples array run times)
 #
-# Only loopback addresses are used. Only pids this script recorded are ever stopped;
-# a munged that was already running is used as it is and left running.
+# The nodes' addresses exist only on this host (bridge zsbr0, veths zsv-NODE). Only pids
+# this script recorded are ever stopped; a munged that was already running is used as it
+# is and left running.
 # Exit codes: see lib.sh.
 set -euo pipefail
 
@@ -34,7 +48,9 @@ LOG_TAG=slurm
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
 STATE=${ZOTSINK_SLURM_STATE:-/var/tmp/zotsink-cluster/slurm}
-CPUS=${ZOTSINK_SLURM_CPUS:-32}
+CPUS=${ZOTSINK_SLURM_CPUS:-12}
+NODES=${ZOTSINK_SLURM_NODES:-3}
+NODE_NET=${ZOTSINK_SLURM_NET:-10.231.0}
 SCHED_PARAMS=${ZOTSINK_SLURM_SCHED_PARAMS:-batch_sched_delay=0}
 PACKAGES=(slurmctld slurmd slurm-client munge)
 
@@ -45,29 +61,38 @@ LOGS=$STATE/log
 MUNGE_DIR=$STATE/munge
 MUNGED_PID=$MUNGE_DIR/munged.pid
 CTLD_PID=$RUN/slurmctld.pid
-SLURMD_PID=$RUN/slurmd.pid
+NODE_RUN=$RUN/nodes
+HOSTS=$STATE/etc/hosts
 # munged's socket stays at its default path: Slurm's auth/munge looks for it there.
 MUNGE_SOCKET_DIR=/run/munge
 
 export SLURM_CONF=$CONF
+# shellcheck source-path=SCRIPTDIR source=nodes.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/nodes.sh"
+
 
 our_munged() { pid_alive "$(read_pid "$MUNGED_PID")" munged; }
 our_ctld() { pid_alive "$(read_pid "$CTLD_PID")" slurmctld; }
-our_slurmd() { pid_alive "$(read_pid "$SLURMD_PID")" slurmd; }
 
-node_name() { hostname -s; }
+node_names() { seq -f 'node%g' 1 "$NODES"; }
 
-node_state() { timeout 10 sinfo -h -n "$(node_name)" -o %T 2>/dev/null | head -1 || true; }
+# "NAME STATE" per node, as the controller sees them
+node_states() { timeout 10 sinfo -h -N -o '%N %T' 2>/dev/null | sort -u || true; }
+
+# all configured nodes are up (idle, or busy with jobs)
+nodes_ready() {
+    [ "$(node_states | grep -cE ' (idle|mixed|allocated|completing)$')" = "$NODES" ]
+}
 
 write_conf() {  # write_conf FILE
-    local host mem
-    host=$(node_name)
+    local host mem n
+    host=$(hostname -s)
     # RealMemory as slurmd measures it; the CPU count is ours (see config_overrides)
     mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' | head -1)
-    cat >"$1" <<EOF
-# Written by scripts/cluster/slurm.sh: a single-host test cluster.
+    cat >"$1" <<CONF
+# Written by scripts/cluster/slurm.sh: $NODES namespace nodes on one host.
 ClusterName=zotsink
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($NODE_NET.1)
 SlurmUser=slurm
 SlurmdUser=root
 AuthType=auth/munge
@@ -84,17 +109,18 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 SchedulerParameters=$SCHED_PARAMS
-# the node advertises CPUS=$CPUS although the host has fewer
+# each node advertises CPUS=$CPUS although the host has fewer
 SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/spool
+# %n: the node's name; the nodes share this host's file system
+SlurmdSpoolDir=$STATE/spool/%n
 SlurmctldPidFile=$CTLD_PID
-SlurmdPidFile=$SLURMD_PID
+SlurmdPidFile=$NODE_RUN/slurmd-%n.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
-SlurmdLogFile=$LOGS/slurmd.log
+SlurmdLogFile=$LOGS/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 MailProg=/bin/true
@@ -103,13 +129,27 @@ MaxJobCount=200000
 # finished jobs stay visible (scontrol show job, sbatch --wait) for 5 minutes
 MinJobAge=300
 KillWait=5
-NodeName=$host NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
-EOF
+CONF
+    for n in $(node_names); do
+        echo "NodeName=$n NodeHostname=$n NodeAddr=$(node_ip "$n") CPUs=$CPUS RealMemory=$mem State=UNKNOWN"
+    done >>"$1"
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >>"$1"
+}
+
+write_hosts() {
+    local n
+    {
+        echo "127.0.0.1 localhost"
+        echo "$NODE_NET.1 $(hostname -s)"
+        for n in $(node_names); do echo "$(node_ip "$n") $n"; done
+    } >"$HOSTS.new"
+    mv -f "$HOSTS.new" "$HOSTS"
 }
 
 prepare_dirs() {
-    mkdir -p "$STATE/etc" "$STATE/ctld" "$STATE/spool" "$RUN" "$LOGS" "$MUNGE_DIR" "$MUNGE_SOCKET_DIR"
+    local n
+    mkdir -p "$STATE/etc" "$STATE/ctld" "$RUN" "$NODE_RUN" "$LOGS" "$MUNGE_DIR" "$MUNGE_SOCKET_DIR"
+    for n in $(node_names); do mkdir -p "$STATE/spool/$n"; done
     # slurmctld drops to SlurmUser before writing its state, log and pid file
     chown slurm:slurm "$STATE/ctld" "$RUN" "$LOGS"
     chmod 0755 "$STATE" "$RUN" "$LOGS"
@@ -163,7 +203,7 @@ start_daemon() {  # start_daemon NAME PIDFILE
         die "$EXIT_PRECONDITION" "a $name not started by $0 is running (pid $other); stop it first"
     done
     rm -f "$pf"
-    # Both daemonise themselves; slurmctld starts as root and drops to SlurmUser.
+    # It daemonises itself; it starts as root and drops to SlurmUser.
     "/usr/sbin/$name" -f "$CONF" </dev/null >"$LOGS/$name.out" 2>&1 9>&- ||
         die "$EXIT_FAILED" "$name failed to start: $(tail -n 1 "$LOGS/$name.out" 2>/dev/null)" \
             "(log: $LOGS/$name.log)"
@@ -174,26 +214,55 @@ start_daemon() {  # start_daemon NAME PIDFILE
     log "$name pid $(read_pid "$pf") in $(since "$t0") s"
 }
 
-wait_node_idle() {
-    local t0 s=
+
+# wait_nodes_idle: every node registered and idle (a node that was down before comes
+# back on request)
+wait_nodes_idle() {
+    local t0 down
     t0=$(now)
     for _ in $(seq 1 300); do
-        s=$(node_state)
-        case "$s" in
-            idle | mixed | allocated | completing) break ;;
-            down* | drain*)
-                # a node that was down before this start comes back on request
-                scontrol update nodename="$(node_name)" state=resume >/dev/null 2>&1 || true
-                ;;
-        esac
+        nodes_ready && break
+        down=$(node_states | awk '$2 ~ /^(down|drain)/ { print $1 }')
+        for n in $down; do
+            scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
+        done
         sleep 0.1
     done
-    case "$s" in
-        idle | mixed | allocated | completing) ;;
-        *) die "$EXIT_FAILED" "node $(node_name) not idle after 30 s (state '${s:-unknown}'; logs in $LOGS)" ;;
-    esac
-    log "node $(node_name) $s after $(since "$t0") s"
+    nodes_ready || die "$EXIT_FAILED" "nodes not idle after 30 s: $(node_states | tr '\n' ' ')(logs in $LOGS)"
+    log "$NODES nodes idle after $(since "$t0") s"
 }
+
+# attach_filesystems NODE: each shared file system that is up gets a client in the node
+attach_filesystems() {
+    local node=$1 fs rc
+    for fs in gluster moosefs; do
+        rc=0
+        bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/$fs.sh" attach "$(node_init "$node")" 9>&- || rc=$?
+        case "$rc" in
+            0) ;;
+            "$EXIT_PRECONDITION") log "$node: no $fs mount ($fs is not up)" ;;
+            *) die "$EXIT_FAILED" "$node: $fs.sh attach exited $rc" ;;
+        esac
+    done
+}
+
+start_node() {  # start_node NAME
+    local name=$1 t0 pf
+    t0=$(now)
+    pf=$NODE_RUN/slurmd-$name.pid
+    if node_alive "$name" && node_exec "$name" sh -c "[ \"\$(cat /proc/\$(cat $pf)/comm)\" = slurmd ]" 2>/dev/null; then
+        return 0
+    fi
+    node_create "$name" "$HOSTS"
+    # a pid file of an earlier node names a pid of a dead PID namespace
+    rm -f "$pf"
+    attach_filesystems "$name"
+    node_exec "$name" /usr/sbin/slurmd -f "$CONF" </dev/null >"$LOGS/slurmd-$name.out" 2>&1 9>&- ||
+        die "$EXIT_FAILED" "slurmd on $name failed to start: $(tail -n 1 "$LOGS/slurmd-$name.out")" \
+            "(log: $LOGS/slurmd-$name.log)"
+    log "$name ($(node_ip "$name"), init pid $(node_init "$name")) up in $(since "$t0") s"
+}
+
 
 # End-to-end check: a batch job runs to completion. It also waits out the first
 # scheduling pass, which slurmctld makes about 3 s after it starts, so the tests'
@@ -229,18 +298,23 @@ link_system_conf() {
 }
 
 healthy() {
+    local n
     { our_munged || [ -n "$(live_pids munged)" ]; } || return 1
-    our_ctld && our_slurmd || return 1
-    case "$(node_state)" in idle | mixed | allocated | completing) return 0 ;; esac
-    return 1
+    our_ctld || return 1
+    for n in $(node_names); do node_alive "$n" || return 1; done
+    nodes_ready
 }
 
 cmd_up() {
-    local t0 rc=0 new
+    local t0 rc=0 new n
     t0=$(now)
-    need_root "start munged, slurmctld and slurmd"
+    need_root "start munged, slurmctld and the nodes"
     case "$CPUS" in
         '' | *[!0-9]* | 0) die "$EXIT_USAGE" "ZOTSINK_SLURM_CPUS must be a positive integer (got '$CPUS')" ;;
+    esac
+    case "$NODES" in
+        [1-9]) ;;
+        *) die "$EXIT_USAGE" "ZOTSINK_SLURM_NODES must be 1 to 9 (got '$NODES')" ;;
     esac
     ensure_packages "${PACKAGES[@]}" || rc=$?
     [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
@@ -251,10 +325,10 @@ cmd_up() {
     if cmp -s "$new" "$CONF"; then
         rm -f "$new"
     else
-        # The daemons read slurm.conf at start: restart them on the new one.
-        if our_ctld || our_slurmd; then
-            log "slurm.conf changed: restarting slurmctld and slurmd"
-            stop_slurm_daemons
+        # The daemons read slurm.conf at start: start everything afresh on the new one.
+        if our_ctld || [ -n "$(known_nodes)" ]; then
+            log "slurm.conf changed: restarting slurmctld and the nodes"
+            stop_slurm
         fi
         chmod 0644 "$new"
         mv -f "$new" "$CONF"
@@ -263,101 +337,64 @@ cmd_up() {
     if healthy; then
         log "already up"
     else
+        bridge_up
+        write_hosts
         start_munged
         start_daemon slurmctld "$CTLD_PID"
-        start_daemon slurmd "$SLURMD_PID"
-        wait_node_idle
+        for n in $(node_names); do start_node "$n"; done
+        wait_nodes_idle
         probe
     fi
-    log "up in $(since "$t0") s (SLURM_CONF=$CONF, $CPUS CPUs advertised)"
+    log "up in $(since "$t0") s (SLURM_CONF=$CONF, $NODES nodes, $CPUS CPUs each)"
     echo "SLURM_CONF=$CONF"
 }
 
-stop_slurm_daemons() {
-    stop_pids slurmd "$(read_pid "$SLURMD_PID")"
-    stop_pids slurmctld "$(read_pid "$CTLD_PID")"
-}
-
-# slurmstepd processes (one per running job step) are started by our slurmd and keep
-# its log file in the state dir open; that is how we know they are ours.
-our_stepds() {
-    local pid fd
-    for pid in $(live_pids slurmstepd); do
-        for fd in "/proc/$pid/fd/"*; do
-            case "$(readlink "$fd" 2>/dev/null)" in
-                "$STATE"/*)
-                    echo "$pid"
-                    break
-                    ;;
-            esac
-        done
-    done
-}
-
-descendants() {  # descendants PID...: every process below the given ones
-    local pid child
-    for pid in "$@"; do
-        for child in $(pgrep -P "$pid" || true); do
-            echo "$child"
-            descendants "$child"
-        done
-    done
-}
-
-# kill_steps STEPD_PID...: a slurmstepd ignores SIGTERM, and the job's processes
-# (its descendants) outlive it, so SIGKILL the job's processes, then the stepd.
-kill_steps() {
-    local tasks=()
-    mapfile -t tasks < <(descendants "$@")
-    log "killing leftover slurmstepd $* and their job processes ${tasks[*]:-(none)}"
-    if [ ${#tasks[@]} -gt 0 ]; then kill -KILL "${tasks[@]}" 2>/dev/null || true; fi
-    kill -KILL "$@" 2>/dev/null || true
-    stop_pids slurmstepd "$@"
-}
-
-cmd_down() {
-    local t0 left=() pid munged_pid
-    t0=$(now)
-    need_root "stop munged, slurmctld and slurmd"
-    take_lock "$STATE"
+# stop_slurm: cancel the jobs, stop every node (its slurmd, job steps, jobs and FUSE
+# clients die with it) and slurmctld.
+stop_slurm() {
+    local n
     if our_ctld; then
-        # Cancel every job first, so that no job step outlives slurmd.
+        # Cancel every job first, so that jobs end as CANCELLED rather than NODE_FAIL.
         timeout 20 squeue -h -o %A 2>/dev/null | sort -u | xargs -r timeout 20 scancel 2>/dev/null || true
         for _ in $(seq 1 150); do
             [ -z "$(timeout 10 squeue -h 2>/dev/null || echo busy)" ] && break
             sleep 0.1
         done
     fi
-    stop_slurm_daemons
-    # job steps that survived (slurmctld was already gone, so scancel could not reach them)
-    mapfile -t left < <(our_stepds)
-    if [ ${#left[@]} -gt 0 ]; then
-        kill_steps "${left[@]}"
-    fi
+    for n in $(known_nodes); do node_destroy "$n"; done
+    stop_pids slurmctld "$(read_pid "$CTLD_PID")"
+}
+
+cmd_down() {
+    local t0 left=() pid munged_pid n
+    t0=$(now)
+    need_root "stop munged, slurmctld and the nodes"
+    take_lock "$STATE"
+    stop_slurm
     munged_pid=$(read_pid "$MUNGED_PID")
     stop_pids munged "$munged_pid"
+    bridge_down
     if [ -L "$SYSTEM_CONF" ] && [ "$(readlink "$SYSTEM_CONF")" = "$CONF" ]; then
         rm -f "$SYSTEM_CONF"
     fi
     # Start the next `up` with no jobs from this one (job ids restart at 1).
     rm -rf "${STATE:?}/ctld" "${STATE:?}/spool"
-    left=()
-    for pid in "$(read_pid "$SLURMD_PID")" "$(read_pid "$CTLD_PID")" "$munged_pid"; do
-        if pid_alive "$pid" slurmd slurmctld munged; then left+=("$(cat "/proc/$pid/comm") $pid"); fi
+    for pid in "$(read_pid "$CTLD_PID")" "$munged_pid"; do
+        if pid_alive "$pid" slurmctld munged; then left+=("$(cat "/proc/$pid/comm") $pid"); fi
     done
-    for pid in $(our_stepds); do left+=("slurmstepd $pid"); done
-    [ ${#left[@]} -eq 0 ] || die "$EXIT_FAILED" "down incomplete, still running: ${left[*]}"
-    rm -f "$MUNGED_PID" "$CTLD_PID" "$SLURMD_PID"
+    for n in $(known_nodes); do left+=("node $n"); done
+    if ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then left+=("bridge $NODE_BRIDGE"); fi
+    [ ${#left[@]} -eq 0 ] || die "$EXIT_FAILED" "down incomplete, still there: ${left[*]}"
+    rm -f "$MUNGED_PID" "$CTLD_PID" "$NODE_RUN"/slurmd-*.pid "$HOSTS"
     log "down in $(since "$t0") s"
 }
 
 cmd_status() {
-    local name pf pid state
-    for name in munged slurmctld slurmd; do
+    local name pf pid n
+    for name in munged slurmctld; do
         case $name in
             munged) pf=$MUNGED_PID ;;
             slurmctld) pf=$CTLD_PID ;;
-            slurmd) pf=$SLURMD_PID ;;
         esac
         pid=$(read_pid "$pf")
         if pid_alive "$pid" "$name"; then
@@ -368,8 +405,15 @@ cmd_status() {
             echo "$name: not running"
         fi
     done
-    state=$(node_state)
-    echo "node $(node_name): ${state:-unknown}"
+    for n in $(node_names); do
+        if node_alive "$n"; then
+            echo "$n: namespace init pid $(node_init "$n"), hostname $(node_exec "$n" hostname)," \
+                "FUSE mounts: $(node_fuse_mounts "$n" | sort | tr '\n' ' ')"
+        else
+            echo "$n: not running"
+        fi
+    done
+    node_states | sed 's/^/slurm: /'
     echo "SLURM_CONF=$CONF"
     healthy
 }

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zotsink import InputError, array_spec, missing, missing_lines
+from zotsink import UsageError, array_spec, missing, missing_lines
 
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -141,7 +141,7 @@ def test_undecodable_bytes_round_trip(tmp_path: Path, zotsink: Run) -> None:
     [
         (
             ["tasks.txt", "out.tsv", "--key", "nmae"],
-            1,
+            2,
             "out.tsv has no column 'nmae'; its columns are: name, size",
         ),
         (["tasks.txt", "out.tsv", "--key", "0"], 2, "column numbers start at 1"),
@@ -166,7 +166,7 @@ def test_clear_errors(
 
 def test_unknown_column_from_the_api(tmp_path: Path) -> None:
     tasks, out = _setup(tmp_path)
-    with pytest.raises(InputError, match="its columns are: name, size"):
+    with pytest.raises(UsageError, match="its columns are: name, size"):
         list(missing(tasks, out, "nmae"))
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for tests that need a real cluster: a GlusterFS volume and a one-host Slurm.
+"""Fixtures for tests that need a real cluster: a GlusterFS volume, a MooseFS file system
+and a Slurm cluster of three nodes, all on this host.
 
 Fixtures
 --------
@@ -10,11 +11,23 @@ Fixtures
     scripts/cluster/gluster.sh for why). It is a NamedTuple: ``a, b, r = gluster_mounts``.
 ``gluster_dirs`` (function) -> ``GlusterMounts``
     A fresh, empty directory on the volume, the same directory seen through each mount.
+``moosefs_mounts`` (session) -> ``MooseFSMounts(node1, node2)``
+    The two mount points of one MooseFS file system, each served by its own mfsmount
+    process (scripts/cluster/moosefs.sh).
+``moosefs_dirs`` (function) -> ``MooseFSMounts``
+    A fresh, empty directory on it, the same directory seen through each mount.
 ``slurm_cluster`` (session) -> ``SlurmCluster``
-    munged + slurmctld + slurmd on this host. Pass ``slurm_cluster.env`` as the
+    slurmctld on this host and ``slurm_cluster.nodes`` (node1, node2, node3), each node
+    a set of namespaces with its own hostname, slurmd and FUSE clients of the GlusterFS
+    volume (and of MooseFS when it was up first) at the same paths as here: a job can
+    write to the paths of ``gluster_dirs``. Pass ``slurm_cluster.env`` as the
     environment of sbatch/squeue/... (it sets SLURM_CONF), or use ``slurm_cluster.run``.
+    It brings the GlusterFS volume up first.
 ``zotsink_cmd`` (function) -> ``[sys.executable, "-m", "zotsink"]``
     The argv prefix for running the CLI, also from inside a Slurm job on this host.
+``clusters_down`` (function) -> the services (gluster, moosefs, slurm)
+    Drops this process's leases, so the last user's ``down`` runs, and waits until no
+    process holds one: for the test at the end that checks that nothing is left behind.
 ``cluster_report`` (function) -> ``report(line)``
     Adds a line (prefixed with the test's name) to the "zotsink cluster" section of the
     terminal summary, which is shown with ``-q`` and under pytest-xdist too: for figures
@@ -60,8 +73,9 @@ up, the fixtures skip with the reason (and other workers of the same run skip wi
 same reason instead of trying again). With ZOTSINK_CLUSTER_REQUIRED=1 in the environment
 they fail instead, for runs where a skip would hide a broken setup.
 
-The scripts' settings (state dirs, mount points, CPU count) come from their
-ZOTSINK_GLUSTER_* and ZOTSINK_SLURM_* environment variables; see the scripts' headers.
+The scripts' settings (state dirs, mount points, node and CPU counts) come from their
+ZOTSINK_GLUSTER_*, ZOTSINK_MOOSEFS_* and ZOTSINK_SLURM_* environment variables; see the
+scripts' headers.
 """
 
 from __future__ import annotations
@@ -89,6 +103,7 @@ HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE.parent.parent / "scripts" / "cluster"
 CLUSTER_BASE = Path("/var/tmp/zotsink-cluster")
 TESTS_LOCK = CLUSTER_BASE / "tests.lock"
+LAST_MODULE = "test_zz_nothing_left_behind.py"
 
 # Exit codes shared by the scripts (scripts/cluster/lib.sh).
 EXIT_PACKAGES = 3
@@ -116,13 +131,21 @@ class GlusterMounts(NamedTuple):
     reader: Path
 
 
+class MooseFSMounts(NamedTuple):
+    """One place on the MooseFS file system as seen through each of its two mounts."""
+
+    node1: Path
+    node2: Path
+
+
 @dataclass(frozen=True)
 class SlurmCluster:
-    """The running one-host Slurm cluster."""
+    """The running Slurm cluster."""
 
     conf: Path
-    cpus: int
+    cpus: int  # CPUs advertised by all nodes together
     env: Mapping[str, str] = field(repr=False)
+    nodes: tuple[str, ...] = ()
 
     def run(
         self, *argv: str, timeout: float = 120, check: bool = True, **kwargs
@@ -156,6 +179,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group("cluster"))
+    # The check that nothing is left behind runs after every other cluster test.
+    last = [it for it in items if Path(str(it.path)).name == LAST_MODULE]
+    items[:] = [it for it in items if it not in last] + last
 
 
 def _unavailable(reason: str) -> None:
@@ -325,12 +351,15 @@ class _Service:
 
 
 GLUSTER = _Service("gluster", "mount GlusterFS", "ZOTSINK_GLUSTER_STATE")
-SLURM = _Service("slurm", "start munged, slurmctld and slurmd", "ZOTSINK_SLURM_STATE")
+MOOSEFS = _Service("moosefs", "mount MooseFS", "ZOTSINK_MOOSEFS_STATE")
+SLURM = _Service("slurm", "start munged, slurmctld and the nodes", "ZOTSINK_SLURM_STATE")
+# In the order they go down: Slurm first, so that jobs and the nodes' clients stop
+# before the file systems they use go away.
+SERVICES = (SLURM, MOOSEFS, GLUSTER)
 
 
 def _release_all_at_exit() -> None:
-    # Slurm first: jobs stop before the mounts they write to go away.
-    for service in (SLURM, GLUSTER):
+    for service in SERVICES:
         try:
             service.release(raise_on_error=False)
         except BaseException as exc:  # never let one failure keep the other service up
@@ -378,23 +407,40 @@ def gluster_mounts(request: pytest.FixtureRequest) -> GlusterMounts:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(request: pytest.FixtureRequest) -> SlurmCluster:
-    """The one-host Slurm cluster (see the module docstring)."""
+def moosefs_mounts(request: pytest.FixtureRequest) -> MooseFSMounts:
+    """The two mounts of the MooseFS file system (see the module docstring)."""
+    out = _start(MOOSEFS, request)
+    paths = [Path(line) for line in out.split() if line.startswith("/")]
+    if len(paths) != 2:
+        pytest.fail(f"moosefs.sh up printed {len(paths)} mount points, expected 2: {out!r}")
+    return MooseFSMounts(*paths)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest) -> SlurmCluster:
+    """The Slurm cluster (see the module docstring). Its nodes mount the GlusterFS volume
+    when they start, so the volume comes up first (and, being set up first, goes down
+    last)."""
     out = _start(SLURM, request)
     match = re.search(r"^SLURM_CONF=(.+)$", out, re.M)
     if not match:
         pytest.fail(f"slurm.sh up did not print SLURM_CONF: {out!r}")
     conf = Path(match.group(1).strip())
-    cpus = re.search(r"^NodeName=.*\bCPUs=(\d+)", conf.read_text(), re.M)
+    nodes = re.findall(r"^NodeName=(\S+) .*\bCPUs=(\d+)", conf.read_text(), re.M)
     env = dict(os.environ, SLURM_CONF=str(conf))
-    return SlurmCluster(conf=conf, cpus=int(cpus.group(1)) if cpus else 0, env=env)
+    return SlurmCluster(
+        conf=conf,
+        cpus=sum(int(cpus) for _, cpus in nodes),
+        env=env,
+        nodes=tuple(name for name, _ in nodes),
+    )
 
 
 @pytest.fixture(autouse=True)
 def _one_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     # Session fixtures are set up before this function-scoped one, so the lock is
     # taken only once the clusters a test needs are up (or the test was skipped).
-    if not {"gluster_mounts", "slurm_cluster"} & set(request.fixturenames):
+    if not {"gluster_mounts", "moosefs_mounts", "slurm_cluster"} & set(request.fixturenames):
         yield
         return
     with _flocked(TESTS_LOCK, timeout=TEST_LOCK_TIMEOUT):
@@ -427,9 +473,41 @@ def gluster_dirs(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
+def moosefs_dirs(moosefs_mounts: MooseFSMounts, request: pytest.FixtureRequest) -> MooseFSMounts:
+    """A fresh empty directory on MooseFS, seen through both mounts."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:80] + "-" + uuid.uuid4().hex[:8]
+    (moosefs_mounts.node1 / name).mkdir()
+    dirs = MooseFSMounts(*(m / name for m in moosefs_mounts))
+    if not _wait_for(lambda: all(d.is_dir() for d in dirs)):
+        pytest.fail(f"{name} made through {moosefs_mounts.node1} did not appear through node2")
+    return dirs
+
+
+@pytest.fixture
 def zotsink_cmd() -> list[str]:
     """argv prefix that runs the zotsink CLI with this interpreter."""
     return [sys.executable, "-m", "zotsink"]
+
+
+@pytest.fixture
+def clusters_down() -> tuple[_Service, ...]:
+    """Every cluster service down: our leases dropped, and no other process holding one."""
+    if os.getuid() != 0:
+        _unavailable(f"needs root to check what the clusters left (running as uid {os.getuid()})")
+    for service in SERVICES:
+        service.release()
+
+    def nobody_holds_one() -> bool:
+        for service in SERVICES:
+            with _flocked(service.leases / ".lock"):
+                if service._live_leases():
+                    return False
+        return True
+
+    # Other pytest-xdist workers drop theirs when their sessions end.
+    if not _wait_for(nobody_holds_one, timeout=TEST_LOCK_TIMEOUT, interval=0.5):
+        pytest.fail(f"cluster leases still held by live processes after {TEST_LOCK_TIMEOUT} s")
+    return SERVICES
 
 
 @pytest.fixture

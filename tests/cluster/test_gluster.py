@@ -42,7 +42,7 @@ for i in range(n):
     rec = b"%s %05d %s\n" % (tag.encode(), i, tag.encode() * 40)
     if mode == "zotsink":
         with Writer(out, sync=sync) as w:
-            w.append(rec)
+            w.append(rec, timeout=600)
     else:
         fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -3,6 +3,7 @@ separate nodes of one shared file system, and the Slurm cluster runs job arrays.
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import os
@@ -191,3 +192,60 @@ def test_slurm_array_tasks_append_one_line_each(gluster_dirs, slurm_cluster, tmp
     rows = sorted((line.split("\t") for line in lines), key=lambda r: int(r[1]))
     assert rows == [[job_id, str(t), str(1 + t % 2)] for t in range(1, n + 1)], lines
     assert out.read_bytes().endswith(b"\n")
+
+
+# One array task: a zotsink record naming the task's node and the device of the
+# GlusterFS mount it writes through (read from mountinfo inside the job). No --columns:
+# this test is about the nodes, not about the header (see test_slurm.py for that).
+NODE_TASK = r"""
+import os, subprocess, sys
+out, mount = sys.argv[1], sys.argv[2]
+dev = next(ln.split()[2] for ln in open("/proc/self/mountinfo") if ln.split()[4] == mount)
+rec = "%s\t%s\t%s\n" % (os.environ["SLURMD_NODENAME"], dev, os.environ["SLURM_ARRAY_TASK_ID"])
+cmd = [sys.executable, "-m", "zotsink", "--stamp", "host", out]
+sys.exit(subprocess.run(cmd, input=rec.encode()).returncode)
+"""
+
+
+def test_array_runs_on_three_nodes_each_with_its_own_client(
+    gluster_dirs, gluster_mounts, slurm_cluster, tmp_path, cluster_report
+):
+    n = 60
+    task = tmp_path / "task.py"
+    task.write_text(NODE_TASK)
+    out = gluster_dirs.node1 / "out.tsv"
+    t0 = time.monotonic()
+    res = slurm_cluster.run(
+        "sbatch",
+        "--wait",
+        "--parsable",
+        f"--array=1-{n}",
+        f"--output={tmp_path}/slurm-%A_%a.out",
+        f"--wrap={sys.executable} {task} {out} {gluster_mounts.node1}",
+        timeout=300,
+        check=False,
+    )
+    took = time.monotonic() - t0
+    logs = "".join(p.read_text() for p in sorted(tmp_path.glob("slurm-*.out")))
+    assert res.returncode == 0, f"sbatch exited {res.returncode}: {res.stderr}\n{logs}"
+    path = gluster_dirs.reader / "out.tsv"
+    lines = wait_for(lambda: len(path.read_text().splitlines()) == n and path.read_text())
+    assert lines, f"{path}: {path.read_text()!r}\n{logs}"
+    rows = [ln.split("\t") for ln in lines.splitlines()]
+    assert all(len(r) == 4 for r in rows), rows  # host stamp, node, device, task
+    assert sorted(int(r[3]) for r in rows) == list(range(1, n + 1))
+    # the host stamp is the node's own hostname, the one Slurm knows it by
+    assert all(r[0] == r[1] for r in rows), rows
+    hosts = collections.Counter(r[0] for r in rows)
+    assert set(hosts) == set(slurm_cluster.nodes) and len(hosts) == 3, hosts
+    # each node writes through its own FUSE client: one device per node, none of the host's
+    devs = collections.defaultdict(set)
+    for r in rows:
+        devs[r[0]].add(r[2])
+    assert all(len(d) == 1 for d in devs.values()), devs
+    node_devs = {next(iter(d)) for d in devs.values()}
+    assert len(node_devs) == 3, devs
+    assert not node_devs & {mountinfo_entry(m)[0] for m in gluster_mounts}
+    cluster_report(
+        f"{n}-task array over {len(hosts)} nodes ({dict(sorted(hosts.items()))}) in {took:.1f} s"
+    )

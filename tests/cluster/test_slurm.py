@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
-SLURM_DIR = Path(__file__).resolve().parents[2] / "scripts" / "slurm"
+SLURM_DIR = Path(__file__).resolve().parents[2] / "scripts" / "jobs"
 SBATCH = SLURM_DIR / "zotsink-array.sbatch"
 RESUBMIT = SLURM_DIR / "resubmit.sh"
 

@@ -149,7 +149,8 @@ def test_resume_after_a_cut_at_a_row_boundary(tmp_path: Path, dedup: str) -> Non
 
 def test_remove_sources_with_yes_keeps_key_losers(tmp_path: Path) -> None:
     d = files(tmp_path / "d", {"a": "k:1 v:a", "b": "k:1 v:b", "c": "k:2 v:c", "d": "k:2 v:c"})
-    rep = collect([d], tmp_path / "o.tsv", dedup="key", key="k", remove_sources=True, yes=True)
+    rep = collect([d], tmp_path / "o.tsv", dedup="key", key="k", remove_sources=True, yes=True,
+                  min_age=0)  # fmt: skip
     assert sorted(os.listdir(d)) == ["b"]  # a record of b lost to a: it is not in OUT
     assert rep.removed == 3 and rep.kept == [
         ("b", "kept: a record lost a key conflict and is not in OUT")
@@ -166,6 +167,7 @@ def test_a_file_changed_after_it_was_read_is_neither_archived_nor_removed(
             (d / "b").write_text("x:3 and more")
 
     rep = collect([d], tmp_path / "o.tsv", archive=tmp_path / "a.tar", remove_sources=True,
+                  min_age=0,
                   progress=meddle)  # fmt: skip
     assert sorted(os.listdir(d)) == ["b"]
     assert rep.kept == [("b", "not archived: changed since it was read")]

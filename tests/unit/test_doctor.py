@@ -441,3 +441,53 @@ def test_public_names_load_lazily() -> None:
         "assert DoctorReport.__name__ == 'DoctorReport'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- MooseFS ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fstype, source",
+    [
+        ("fuse", "mfs\\04310.0.0.5:9421"),  # as mfsmount mounts it: only the source says so
+        ("fuse.mfs", "mfs\\04310.0.0.5:9421"),  # mounted with -o subtype=mfs
+        ("fuse.moosefs", "mfsmaster:9421"),
+    ],
+)
+def test_moosefs_is_a_coherent_fuse_cluster_filesystem_and_fsynced(
+    fstype: str, source: str
+) -> None:
+    m = mount(data(fstype, source, "rw,user_id=0,group_id=0,allow_other"))
+    assert m.fstype == "fuse.mfs"
+    r = assess(m, ALL_WORK)
+    assert (r.ok, r.family, r.fuse, r.lock, r.locks, r.sync) == (
+        True,
+        "cluster",
+        True,
+        "flock",
+        "coherent",
+        "fsync",
+    )
+    lines = r.summary()
+    assert "filesystem  fuse.mfs: MooseFS, a FUSE cluster filesystem" in lines
+    assert "locks       coherent: MooseFS passes them to its servers" in lines
+    why = next(ln for ln in lines if ln.startswith("sync auto = fsync: "))
+    assert "ENOSPC" in why and "mfsmount acknowledges a write" in why
+    assert any("ECANCELED" in n for n in r.notes)
+
+
+def test_moosefs_source_in_mountinfo_is_unescaped_and_shown() -> None:
+    line = (
+        "42 27 0:39 / /data rw,nosuid,nodev,relatime - fuse mfs\\04310.232.0.1:19421"
+        " rw,user_id=0,group_id=0,allow_other"
+    )
+    m = mount(line)
+    assert (m.fstype, m.source) == ("fuse.mfs", "mfs#10.232.0.1:19421")
+    r = assess(m, ALL_WORK)
+    assert "MooseFS, named by the mount's source mfs#10.232.0.1:19421" in r.notes
+
+
+def test_plain_fuse_from_another_source_is_not_taken_for_moosefs() -> None:
+    m = mount(data("fuse", "mfsdata:/x", "rw,user_id=0,group_id=0"))
+    assert m.fstype == "fuse"
+    assert assess(m, ALL_WORK).locks == "node-local"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from zotsink import ZotsinkWarning
+from zotsink import ZotsinkWarning, append_record
 from zotsink._core.locking import Locker
 from zotsink.cli._common import exit_code
 from zotsink.errors import LockError, LockTimeout, UsageError
@@ -156,3 +156,25 @@ def test_other_lock_errors_are_not_mistaken_for_unsupported(tmp_path: Path, monk
 def test_unknown_kind_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="unknown lock kind 'posix'"):
         Locker("posix", "x")
+
+
+@pytest.mark.parametrize("err", [errno.ECANCELED, errno.EINTR])
+def test_a_lock_attempt_refused_in_passing_is_retried_not_spilled(
+    tmp_path: Path, monkeypatch, err: int
+) -> None:
+    # MooseFS answers flock with ECANCELED now and then; it cannot be made to on demand.
+    real_flock = fcntl.flock
+    refused: list[int] = []
+
+    def flaky(fd: int, op: int) -> None:
+        if op & fcntl.LOCK_EX and len(refused) < 3:
+            refused.append(op)
+            raise OSError(err, os.strerror(err))
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flaky)
+    out = tmp_path / "out.txt"
+    append_record(str(out), "one", timeout=30)
+    assert len(refused) == 3
+    assert out.read_bytes() == b"one\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # nothing spilled

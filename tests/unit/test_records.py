@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zotsink import append_record, read_records
+from zotsink._core.kv import parse_kv
 from zotsink._core.records import (
     MAX_LINE,
     Encoder,
@@ -14,7 +15,6 @@ from zotsink._core.records import (
     encode_row,
     escape_tsv,
     format_for,
-    parse_kv,
     parse_stamp,
     stamp_values,
     unescape_tsv,

@@ -111,9 +111,12 @@ def test_fsync_policy(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
     with Writer(tmp_path / "a", sync="fsync") as w:
         w.append(b"x\n", timeout=T)
+    # (fsync also asks a network client for the server's size before the write: >= 1)
+    assert calls
+    calls.clear()
     with Writer(tmp_path / "b", sync="none") as w:
         w.append(b"x\n", timeout=T)
-    assert len(calls) == 1
+    assert not calls
 
 
 def test_open_errors_say_what_to_do(tmp_path: Path, monkeypatch) -> None:

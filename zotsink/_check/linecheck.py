@@ -11,13 +11,11 @@ Duplicates are not found here: that needs memory across the file (see :mod:`.ver
 
 from __future__ import annotations
 
-import csv
 from collections import deque
 from collections.abc import Iterator
-from operator import methodcaller
 from typing import NamedTuple, Optional
 
-from .._core.records import MAX_LINE
+from .._core.records import csv_module, lines_ok
 
 __all__ = ["Unit", "Why", "scan"]
 
@@ -114,16 +112,12 @@ def _blocks(chunks: Iterator[bytes]) -> Iterator[tuple[list[bytes], bool]]:
         yield [b"".join(pending)], False
 
 
-_tabs = methodcaller("count", b"\t")
-
-
 def _clean(lines: list[bytes], raw: bytes, ref: int | None, header: bytes | None) -> bool:
-    """Whether every line of a block is a well-formed record (the fast path: C loops only)."""
-    if b"\0" in raw or b"" in lines or b"\r" in lines:
+    """Whether every line of a block is a well-formed record (the fast path: C loops only):
+    records' one valid-line check, and none of verify's own problems (empty, header again)."""
+    if b"" in lines or b"\r" in lines or (header is not None and header in lines):
         return False
-    if header is not None and header in lines:
-        return False
-    return ref is None or set(map(_tabs, lines)) == {ref - 1}
+    return lines_ok(raw, lines, -1 if ref is None else ref - 1)
 
 
 def scan(chunks: Iterator[bytes], fmt: str, has_header: bool) -> Iterator[Unit]:
@@ -196,54 +190,46 @@ def _scan_csv(chunks: Iterator[bytes], has_header: bool) -> Iterator[Unit]:
     feed = _Feed(physical_lines(chunks))
     # strict: text after a closing quote is an error, not glued on (a stray quote
     # would otherwise swallow the lines after it into a record that looks valid)
+    csv = csv_module()  # with zotsink's one field limit
     reader = csv.reader(feed, strict=True)
     ref: int | None = None
     header = b""
-    old_limit = csv.field_size_limit()
-    csv.field_size_limit(max(old_limit, MAX_LINE + 1))  # the default 128 KiB is too small
-    try:
-        while True:
-            feed.taken = []
-            error = None
-            try:
-                row = next(reader)
-            except StopIteration:
-                if not feed.taken:
-                    return
-                row = []  # lines read but no record made of them
-                error = "the csv reader stopped in the middle of a record"
-            except csv.Error as e:
-                row, error = [], str(e)
-            taken = feed.taken
-            raw = b"".join(r for _, r in taken)
-            first, last = taken[0][0], taken[-1][0]
-            complete = raw.endswith(b"\n")
-            content = raw[:-1] if complete else raw
-            is_header = first == 1 and has_header
-            if is_header:
-                # Never split the header: moving its first line would promote a record.
-                why = (
-                    ("header", f"csv: {error}")
-                    if error
-                    else _header_problem(content, complete, row)
-                )
-            elif error is not None:
-                why = _shape(content, complete, 0, None) or ("malformed", f"csv: {error}")
-            else:
-                why = _shape(content, complete, len(row), ref)
-                if why is None and has_header and content == header:
-                    why = ("header", "the header line again, as a record")
-            if first == 1:
-                ref, header = (len(row) if row else None), content
-            if why is not None and len(taken) > 1 and not is_header:
-                # Keep the damage to one line: read the others again on their own.
-                feed.back.extendleft(reversed(taken[1:]))
-                raw, last = taken[0][1], first
-                why = (
-                    "malformed",
-                    f"an open quote joins lines {first}-{taken[-1][0]} into one record "
-                    f"that is not valid ({why[1]})",
-                )
-            yield Unit(first, last, raw, is_header, why)
-    finally:
-        csv.field_size_limit(old_limit)
+    while True:
+        feed.taken = []
+        error = None
+        try:
+            row = next(reader)
+        except StopIteration:
+            if not feed.taken:
+                return
+            row = []  # lines read but no record made of them
+            error = "the csv reader stopped in the middle of a record"
+        except csv.Error as e:
+            row, error = [], str(e)
+        taken = feed.taken
+        raw = b"".join(r for _, r in taken)
+        first, last = taken[0][0], taken[-1][0]
+        complete = raw.endswith(b"\n")
+        content = raw[:-1] if complete else raw
+        is_header = first == 1 and has_header
+        if is_header:
+            # Never split the header: moving its first line would promote a record.
+            why = ("header", f"csv: {error}") if error else _header_problem(content, complete, row)
+        elif error is not None:
+            why = _shape(content, complete, 0, None) or ("malformed", f"csv: {error}")
+        else:
+            why = _shape(content, complete, len(row), ref)
+            if why is None and has_header and content == header:
+                why = ("header", "the header line again, as a record")
+        if first == 1:
+            ref, header = (len(row) if row else None), content
+        if why is not None and len(taken) > 1 and not is_header:
+            # Keep the damage to one line: read the others again on their own.
+            feed.back.extendleft(reversed(taken[1:]))
+            raw, last = taken[0][1], first
+            why = (
+                "malformed",
+                f"an open quote joins lines {first}-{taken[-1][0]} into one record "
+                f"that is not valid ({why[1]})",
+            )
+        yield Unit(first, last, raw, is_header, why)

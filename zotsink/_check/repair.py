@@ -49,7 +49,7 @@ def repair_locked(
             raise WriteError(f"cannot open {p} to repair it: {e.strerror}", path=p) from e
 
     locker = Locker(lock, p)
-    fd, st, _waited = open_locked(p, opener, locker, timeout)
+    (fd, _dev, _ino), st, _waited = open_locked(p, opener, locker, timeout)
     try:
         report = VerifyReport(p, fmt, allow_duplicates=allow_dup)
         _rewrite(p, fd, st, report, has_header, keep, lock, timeout)

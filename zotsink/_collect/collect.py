@@ -2,11 +2,11 @@
 
 Design: two passes, memory bounded by the number of distinct records, not of files.
 
-1. Read. Files arrive in output order (:mod:`zotsink.collect_sources`: sorted walks, tar
-   archives read in place and sorted). Each is parsed whole (:mod:`zotsink.collect_parse`;
+1. Read. Files arrive in output order (:mod:`zotsink._collect.sources`: sorted walks, tar
+   archives read in place and sorted). Each is parsed whole (:mod:`zotsink._collect.parse`;
    ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed. Its records
    are encoded at once over the columns known so far and written to a spool
-   (:mod:`zotsink.collect_table`, :mod:`zotsink.collect_spool`: in memory up to 32 MiB, then
+   (:mod:`zotsink._collect.table`, :mod:`zotsink._collect.spool`: in memory up to 32 MiB, then
    an unlinked file in ``$TMPDIR``), while the union of fields grows in first-seen order.
    De-duplication keeps only 16-byte digests: a set of row digests (``exact``), or per key
    the digest, or ``(mtime, order, spool offset)`` of the winner (``key``, ``--keep last``).
@@ -15,12 +15,16 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
    append path, header checked against an existing OUT) in batches of about 1 MiB that are
    cut only between files: a file's rows are all in OUT or none are.
 
-``--skip-collected`` reads OUT first: the sources named in its source column are skipped,
-the digests of its rows (or keys) seed the de-duplication, and the last source in OUT is read
-again with its rows already in OUT left out, since a kill during a write can cut that source
-short. An existing OUT's header seeds the column order, so a resumed collect writes the same
-header. ``--archive``/``--remove-sources`` run after OUT is written and fsynced
-(:mod:`zotsink.collect_archive`).
+An existing OUT is read first: the digests of its rows (or keys) seed the de-duplication,
+so the same collect run twice adds nothing the second time. ``--skip-collected`` also skips
+the sources named in its source column, and reads the last source in OUT again with its
+rows already in OUT left out, since a kill during a write can cut that source short. An
+existing OUT's header seeds the column order, so a resumed collect writes the same header.
+``--archive``/``--remove-sources`` run after OUT is written and fsynced
+(:mod:`zotsink._collect.archive`).
+
+A ``.jsonl`` or ``.parquet`` OUT is no append target: the spool is kept as TSV and written
+whole at the end by :mod:`zotsink._collect.export`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Final
 
 from .._core.records import decode_row
@@ -37,7 +41,8 @@ from ..errors import HeaderMismatch, InputError, LockTimeout, WriteError
 from .archive import Candidates, make_archive, remove_sources
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
-from .sources import Exclude, iter_items
+from .read import MAX_FILE_SIZE
+from .sources import Exclude, count_items, iter_items
 from .spool import Spool
 from .table import OutState, Table, fixed_columns, read_out, source_digest
 
@@ -48,6 +53,8 @@ BATCH_BYTES: Final = 1 << 20
 #: Files between two progress calls.
 _PROGRESS_EVERY: Final = 512
 
+#: ``progress(phase, done, total)``: phase ``read`` (files and skipped entries; total 0 while
+#: unknown, as for an archive) or ``write`` (records).
 Progress = Callable[[str, int, int], None]
 
 
@@ -130,11 +137,16 @@ def collect(
     progress: Progress | None = None,
     stdin: IO[str] | None = None,
     temp_dir: str | None = None,
+    min_age: float | None = None,
+    max_file_size: int | str = MAX_FILE_SIZE,
 ) -> CollectReport:
     """Merge the tiny files of ``sources`` into the table ``output``; a :class:`CollectReport`.
 
     ``sources``: directories, files, tar archives, or ``-`` for a list of paths read from
     ``stdin`` (default ``sys.stdin``). The options are those of ``zotsink collect``.
+    ``min_age`` (seconds; default 3600 with ``remove_sources``, else 0): a file modified
+    more recently is collected but not removed. ``max_file_size`` (bytes, or ``"16M"``): a
+    bigger file or archive member is skipped unread (an error under ``strict``).
     Raises :class:`UsageError` for options that cannot work, :class:`InputError` for a file
     that cannot be read or parsed under ``strict``, :class:`HeaderMismatch` when OUT has other
     columns (nothing written), and :class:`LockTimeout`/:class:`WriteError` when a batch could
@@ -142,15 +154,18 @@ def collect(
     are in OUT, and a rerun with ``skip_collected`` (after ``zotsink recover``) finishes.
     """
     t0 = time.perf_counter()
+    since_ns = time.time_ns()
     o = check_options(
         sources, output, input=input, source_column=source_column, name_pattern=name_pattern,
         dedup=dedup, key=key, keep=keep, skip_collected=skip_collected, archive=archive,
         remove_sources=remove_sources, yes=yes, strict=strict, jobs=jobs, batch_bytes=batch_bytes,
+        min_age=min_age, max_file_size=max_file_size,
     )  # fmt: skip
     rep = CollectReport(output=o.output, archive=o.archive)
     state: OutState | None = None
-    if o.skip_collected and os.path.exists(o.output):
-        state = read_out(o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout)
+    if (o.skip_collected or o.dedup != "none") and not o.whole and _has_rows(o.output):
+        state = read_out(o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout,
+                         skip=o.skip_collected)  # fmt: skip
         if state.torn:
             rep.notes.append(
                 f"{o.output} ends in a torn line from an interrupted write: after this collect, "
@@ -161,8 +176,9 @@ def collect(
     try:
         seeded = _seed_header(o, fixed_columns(o.source_column, o.pattern))
         table = Table(
-            o.fmt, o.source_column, o.pattern, o.dedup, o.key, o.keep, spool, seeded, state
-        )
+            "tsv" if o.whole else o.fmt, o.source_column, o.pattern, o.dedup, o.key, o.keep,
+            spool, seeded, state,
+        )  # fmt: skip
         _read(o, table, rep, cands, stdin if stdin is not None else sys.stdin, temp_dir, progress)
         if o.dedup == "key":
             table.check_key()
@@ -172,13 +188,20 @@ def collect(
         )  # fmt: skip
         _write(o, table, rep, lock, sync, timeout, progress)
         if cands is not None:
-            _tidy(o, cands, table, rep)
+            _tidy(o, cands, table, rep, since_ns)
     finally:
         spool.close()
         if cands is not None:
             cands.close()
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def _has_rows(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def _exclude(o: Options) -> Exclude:
@@ -205,10 +228,17 @@ def _read(
         o.sources, stdin=stdin, jobs=o.jobs, want_stat=want_stat, exclude=_exclude(o),
         staging=temp_dir, notes=rep.notes,
         wanted=(lambda name: source_digest(name) not in collected) if collected else None,
+        limit=o.max_file_size,
     )  # fmt: skip
     inp, add, skipped = o.input, table.add, rep.skipped
+    total = 0
+    if progress is not None:  # a second walk of the listings, only for a progress display
+        total = count_items(o.sources, _exclude(o)) or 0
+        progress("read", 0, total)
     n = 0
     for n, it in enumerate(items, 1):
+        if progress is not None and n % _PROGRESS_EVERY == 0:
+            progress("read", n, max(total, n))
         if it.data is None:
             if it.skip is None:
                 rep.already += 1
@@ -230,11 +260,9 @@ def _read(
         add(it.name, it.base, recs, it.mtime_ns, n)
         rep.files += 1
         if cands is not None and it.path is not None:
-            cands.add(n, it.path, it.name, it.data, it.mtime_ns)
-        if progress is not None and n % _PROGRESS_EVERY == 0:
-            progress("read", rep.files, table.records)
+            cands.add(n, it.path, it.name, it.data, it.mtime_ns, it.root)
     if progress is not None:
-        progress("read", rep.files, table.records)
+        progress("read", n, n)
 
 
 def _write(
@@ -247,6 +275,9 @@ def _write(
     progress: Progress | None,
 ) -> None:
     """Pass 2: the spooled rows to OUT, in batches cut only between files."""
+    if o.whole:
+        _write_whole(o, table, rep, progress)
+        return
     if table.records == 0:
         return
     from .._core.sidefiles import append_or_save
@@ -270,6 +301,23 @@ def _write(
         _fsync(o.output)
 
 
+def _write_whole(o: Options, table: Table, rep: CollectReport, progress: Progress | None) -> None:
+    """A .jsonl or .parquet OUT: the spooled TSV rows, typed, written whole."""
+    from .export import write_whole
+
+    n = len(table.columns)
+
+    def rows() -> Iterator[list[str]]:
+        for data, _count in table.batches(o.batch_bytes):
+            for line in data.decode("utf-8", "surrogateescape").split("\n")[:-1]:
+                cells = decode_row(line, "tsv")
+                yield cells if len(cells) == n else cells + [""] * (n - len(cells))
+
+    rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows)
+    if progress is not None:
+        progress("write", rep.records, table.records)
+
+
 def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -278,11 +326,11 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
-def _tidy(o: Options, cands: Candidates, table: Table, rep: CollectReport) -> None:
+def _tidy(o: Options, cands: Candidates, table: Table, rep: CollectReport, since_ns: int) -> None:
     """--archive, then --remove-sources, once OUT is written and fsynced."""
     inside = None
     if o.archive:
         inside = make_archive(cands, o.archive, rep.kept)
         rep.archived = sum(inside)
     if o.remove:
-        rep.removed = remove_sources(cands, inside, table.losers, rep.kept)
+        rep.removed = remove_sources(cands, inside, table.losers, rep.kept, o.min_age, since_ns)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple, Union
 
 from ..errors import UsageError
-from .archive import archive_mode
+from .archive import MIN_AGE, archive_mode
+from .export import WHOLE, check_whole_target, output_format
 from .parse import INPUTS
+from .read import MAX_FILE_SIZE
 
 __all__ = ["DEDUP_MODES", "Options", "PathLike", "check_options"]
 
@@ -36,6 +39,13 @@ class Options(NamedTuple):
     strict: bool
     jobs: int | None
     batch_bytes: int
+    min_age: float  # seconds (--remove-sources)
+    max_file_size: int  # bytes
+
+    @property
+    def whole(self) -> bool:
+        """OUT is written whole (jsonl, parquet), not appended to."""
+        return self.fmt in WHOLE
 
 
 def _names(value: str | Sequence[str] | None) -> list[str]:
@@ -69,6 +79,8 @@ def check_options(
     strict: bool,
     jobs: int | None,
     batch_bytes: int,
+    min_age: float | None = None,
+    max_file_size: int | str = MAX_FILE_SIZE,
 ) -> Options:
     """Validate the options before anything is read; UsageError says what to change."""
     if isinstance(sources, (str, os.PathLike)):
@@ -83,6 +95,14 @@ def check_options(
     _check_place("OUT", out)
     if os.path.isdir(out):
         raise UsageError(f"OUT {out} is a directory; name a file inside it")
+    fmt = output_format(out)
+    if fmt in WHOLE:
+        if skip_collected:
+            raise UsageError(
+                f"--skip-collected resumes a table that is appended to; a .{fmt} OUT is "
+                "written whole: collect into .tsv or .csv to resume"
+            )
+        check_whole_target(out, fmt)
     if input not in INPUTS:
         raise UsageError(f"unknown --input {input!r}: use one of {', '.join(INPUTS)}")
     if dedup not in DEDUP_MODES:
@@ -127,7 +147,45 @@ def check_options(
     if batch_bytes < 1:
         raise UsageError(f"--batch-bytes must be positive, not {batch_bytes}")
     return Options(
-        srcs, out, "csv" if out.lower().endswith(".csv") else "tsv", input, source_column,
-        pattern, dedup, keys, keep, skip_collected, arch, remove_sources, strict, jobs,
-        batch_bytes,
+        srcs, out, fmt, input, source_column, pattern, dedup, keys, keep, skip_collected, arch,
+        remove_sources, strict, jobs, batch_bytes, check_min_age(min_age, remove_sources),
+        parse_size(max_file_size),
     )  # fmt: skip
+
+
+#: The longest --min-age: ten years, a bound that keeps the arithmetic exact.
+_MAX_AGE: Final = 10 * 365 * 86400.0
+
+
+def check_min_age(value: float | str | None, remove: bool) -> float:
+    """--min-age in seconds: finite, 0 or more; its default is MIN_AGE (with removal)."""
+    if value is None:
+        return MIN_AGE if remove else 0.0
+    try:
+        age = float(value)
+    except (TypeError, ValueError):
+        age = math.nan
+    if not (0 <= age <= _MAX_AGE):  # also refuses nan
+        raise UsageError(
+            f"--min-age must be a number of seconds from 0 to {_MAX_AGE:.0f}, not {value!r}"
+        )
+    return age
+
+
+_UNITS: Final = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: int | str) -> int:
+    """--max-file-size: bytes, or a number with K, M, G, T (binary units: 16M = 16 MiB)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]+)\s*([kmgtKMGT]?)(?:i?[bB])?\s*", str(value))
+        if m is None:
+            raise UsageError(
+                f"--max-file-size must be a size such as 16M, 512K or 1G (bytes), not {value!r}"
+            )
+        n = int(m.group(1)) * _UNITS[m.group(2).lower()]
+    if n < 1:
+        raise UsageError(f"--max-file-size must be at least one byte, not {value!r}")
+    return n

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from .._core.records import parse_kv
+from .._core.kv import parse_kv
 from ..errors import RecordError
 
 __all__ = ["INPUTS", "Unparsable", "parse", "sniff"]

@@ -2,8 +2,9 @@
 
 Order is "sorted path order": per SOURCE, paths ordered component by component (what a
 sorted depth-first walk gives, so ``a/b`` comes before ``a.txt``). Directories are walked
-with ``os.scandir`` and symbolic links inside them are never followed. Tar archives are
-:mod:`zotsink.collect_tar`, reading files is :mod:`zotsink.collect_read`.
+by descriptors (:mod:`zotsink._collect.walk`) and symbolic links inside them are never
+followed. Tar archives are :mod:`zotsink._collect.tar`, reading files is
+:mod:`zotsink._collect.read`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Final
 
 from .._core.fsinfo import is_network, mount_for
-from .read import ARCHIVE, LISTED_DIR, Item, Task, item, read_items
+from .pipe import read_items
+from .read import ARCHIVE, LISTED_DIR, MAX_FILE_SIZE, Item, Task, item
 from .tar import read_archive
+from .walk import walk
 
 __all__ = [
     "ARCHIVE_ENDINGS",
     "Exclude",
     "auto_jobs",
+    "count_items",
     "is_archive",
     "iter_items",
 ]
@@ -41,25 +45,33 @@ def auto_jobs(path: str) -> int:
 
 
 class Exclude:
-    """Files a walk must not read: OUT, its side files and the archive being written."""
+    """Files a walk must not read: OUT, its side files and the archive being written.
+
+    Directories are known by (st_dev, st_ino), as the walk sees them through descriptors.
+    """
 
     def __init__(self) -> None:
-        self._rules: dict[str, tuple[set[str], list[str]]] = {}
-        self._real: dict[str, str] = {}  # directory -> its real path, asked once
+        self.rules: dict[tuple[int, int], tuple[set[str], list[str]]] = {}
+        self._ids: dict[str, tuple[int, int] | None] = {}  # directory -> its id, asked once
 
     def add(self, path: str, *, prefixes: Iterable[str] = ()) -> None:
         d, base = os.path.split(os.path.abspath(path))
-        names, pre = self._rules.setdefault(os.path.realpath(d), (set(), []))
+        st = os.stat(d)
+        names, pre = self.rules.setdefault((st.st_dev, st.st_ino), (set(), []))
         names.add(base)
         pre.extend(base + p for p in prefixes)
 
     def names_in(self, directory: str) -> tuple[set[str], list[str]] | None:
-        if not self._rules:
+        if not self.rules:
             return None
-        real = self._real.get(directory)
-        if real is None:
-            real = self._real[directory] = os.path.realpath(directory)
-        return self._rules.get(real)
+        if directory not in self._ids:
+            try:
+                st = os.stat(directory)
+                self._ids[directory] = (st.st_dev, st.st_ino)
+            except OSError:
+                self._ids[directory] = None
+        key = self._ids[directory]
+        return None if key is None else self.rules.get(key)
 
     def hit(self, path: str) -> bool:
         """Whether a path named by the user (a SOURCE, a line of a path list) is excluded."""
@@ -68,56 +80,22 @@ class Exclude:
         return rules is not None and (base in rules[0] or any(base.startswith(p) for p in rules[1]))
 
 
-def _listing(d: str, exclude: Exclude) -> list[str]:
-    """Entries of ``d`` as ``name + "\\0" + kind``, sorted by name.
-
-    One string per entry, not a DirEntry: a flat directory of a million files would
-    otherwise cost hundreds of MB. NUL cannot occur in a name and sorts first, so the
-    strings sort exactly as the names do.
-    """
-    out: list[str] = []
-    with os.scandir(d) as it:
-        for e in it:
-            # without following: a symlink is neither a file nor a directory here
-            if e.is_file(follow_symlinks=False):
-                out.append(e.name + "\0f")
-            elif e.is_dir(follow_symlinks=False):
-                out.append(e.name + "\0d")
-            else:
-                out.append(e.name + ("\0l" if e.is_symlink() else "\0o"))
-    rules = exclude.names_in(d)
-    if rules is not None:
-        names, prefixes = rules
-        out = [s for s in out if s[:-2] not in names and not any(s.startswith(p) for p in prefixes)]
-    out.sort()
-    return out
-
-
-def _walk(top: str, exclude: Exclude) -> Iterator[tuple[str, str, str]]:
-    """(path relative to top, path, kind) of everything under ``top``, depth first, sorted.
-
-    kind: ``f`` regular file, ``l`` symlink, ``o`` other, ``!reason`` unreadable directory.
-    """
-    top = top.rstrip("/") or "/"
-    base = "" if top == "/" else top
-    stack = [(base, "", iter(_listing(top, exclude)))]
-    while stack:
-        dpath, drel, it = stack[-1]
-        for s in it:
-            name, kind = s[:-2], s[-1]
-            path, rel = dpath + "/" + name, drel + name
-            if kind != "d":
-                yield rel, path, kind
-                continue
-            try:
-                listing = _listing(path, exclude)
-            except OSError as e:
-                yield rel, path, "!unreadable directory: " + (e.strerror or str(e))
-                continue
-            stack.append((path, rel + "/", iter(listing)))
-            break
-        else:
-            stack.pop()
+def count_items(sources: list[str], exclude: Exclude) -> int | None:
+    """How many items :func:`iter_items` will give, from directory listings alone (no file is
+    opened): for a progress display. None when it cannot be known up front (an archive, a
+    path list on stdin)."""
+    total = 0
+    for src in sources:
+        if src == "-" or (is_archive(src) and not os.path.isdir(src)):
+            return None
+        if not os.path.isdir(src):
+            total += not exclude.hit(src)
+            continue
+        try:
+            total += sum(1 for _ in walk(src, exclude.rules))
+        except OSError:
+            total += 1  # the reader reports it
+    return total
 
 
 def _source_prefix(src: str, multi: bool) -> str:
@@ -137,38 +115,42 @@ def iter_items(
     staging: str | None,
     notes: list[str],
     wanted: Callable[[str], bool] | None = None,
+    limit: int = MAX_FILE_SIZE,
 ) -> Iterator[Item]:
     """Every file of every SOURCE, read or skipped, in output order.
 
     ``wanted(name)`` False marks a file as already collected: it is not read, and its item
-    has neither data nor a skip reason.
+    has neither data nor a skip reason. A file or member over ``limit`` bytes is skipped
+    unread.
     """
     multi = len(sources) > 1
     for src in sources:
         if src == "-":
-            yield from _listed(stdin, jobs, want_stat, staging, notes, wanted, exclude)
+            yield from _listed(stdin, jobs, want_stat, staging, notes, wanted, exclude, limit)
         elif os.path.isdir(src):
             prefix = _source_prefix(src, multi)
-            tasks = _dir_tasks(src, prefix, exclude, wanted)
-            root = src.rstrip("/") + "/"  # as _walk joins it
-            yield from read_items(tasks, jobs or auto_jobs(src), want_stat, src, root, prefix)
+            root = src.rstrip("/") + "/"  # as _dir_tasks joins it
+            tasks = _dir_tasks(src, root, prefix, exclude, wanted)
+            yield from read_items(
+                tasks, jobs or auto_jobs(src), want_stat, src, root, prefix, limit
+            )
         elif is_archive(src):
             prefix = _source_prefix(src, True) if multi else ""
-            yield from read_archive(src, prefix, staging, wanted)
+            yield from read_archive(src, prefix, staging, wanted, limit)
         elif not exclude.hit(src):
             name = os.path.normpath(src)
             kind = "s" if wanted is not None and not wanted(name) else "f"
-            yield item(name, os.path.basename(name), src, kind, True, want_stat)
+            yield item(name, os.path.basename(name), src, kind, True, None, want_stat, limit)
 
 
 def _dir_tasks(
-    top: str, prefix: str, exclude: Exclude, wanted: Callable[[str], bool] | None
+    top: str, root: str, prefix: str, exclude: Exclude, wanted: Callable[[str], bool] | None
 ) -> Iterator[Task]:
-    for rel, path, kind in _walk(top, exclude):
+    for rel, d, kind in walk(top, exclude.rules):
         name = prefix + rel
         if kind == "f" and wanted is not None and not wanted(name):
             kind = "s"
-        yield name, rel.rsplit("/", 1)[-1], path, kind, False
+        yield name, rel.rsplit("/", 1)[-1], root + rel, kind, False, d
 
 
 def _listed(
@@ -179,6 +161,7 @@ def _listed(
     notes: list[str],
     wanted: Callable[[str], bool] | None,
     exclude: Exclude,
+    limit: int,
 ) -> Iterator[Item]:
     """Files named one per line on stdin (``find ... | zotsink collect -``), sorted.
 
@@ -205,12 +188,12 @@ def _listed(
             else:
                 kind = "?"  # a file, a directory, or nothing: the reader finds out
             # not followed, as in a walk: `find DIR | zotsink collect -` = `zotsink collect DIR`
-            yield name, os.path.basename(name), path, kind, False
+            yield name, os.path.basename(name), path, kind, False, None
 
     dirs = 0
-    for it in read_items(tasks(), jobs or auto_jobs("."), want_stat, "the path list"):
+    for it in read_items(tasks(), jobs or auto_jobs("."), want_stat, "the path list", limit=limit):
         if it.skip == ARCHIVE:
-            yield from read_archive(it.path or it.name, it.name + "/", staging, wanted)
+            yield from read_archive(it.path or it.name, it.name + "/", staging, wanted, limit)
         elif it.skip == LISTED_DIR:
             dirs += 1
         else:

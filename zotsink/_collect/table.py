@@ -335,9 +335,18 @@ def source_digest(name: str) -> bytes:
 
 
 def read_out(
-    out: str, fmt: str, source_column: str, dedup: str, key: list[str], lock: str, timeout: float
+    out: str,
+    fmt: str,
+    source_column: str,
+    dedup: str,
+    key: list[str],
+    lock: str,
+    timeout: float,
+    skip: bool = True,
 ) -> OutState:
-    """What OUT holds, read from a consistent snapshot, for ``--skip-collected``.
+    """What OUT holds, read from a consistent snapshot: the digests of its rows (``exact``)
+    or keys (``key``), so that a record already in OUT is never written again, and with
+    ``skip`` (``--skip-collected``) the sources it names.
 
     The rows of the last source in OUT are remembered one by one: a collect killed in the
     middle of a write may have left only some of them, so that source is read again and only
@@ -352,22 +361,24 @@ def read_out(
     header = next(rows, None)
     if header is None:
         return st
-    if header[0] != source_column:
+    if skip and header[0] != source_column:
         raise UsageError(
             f"--skip-collected: the first column of {out} is {header[0]!r}, not the source "
             f"column {source_column!r}; give --source-column {header[0]} if that is it"
         )
     st.header = header
     kidx = [header.index(k) if k in header else -1 for k in key]
+    nsrc = 1 if source_column else 0
     last: str | None = None
     last_rows: list[bytes] = []
     for row in rows:
-        name = row[0]
-        if name != last:
-            st.sources.add(_digest(name))
-            last, last_rows = name, []
-        ident = identity_of(row[1:])
-        last_rows.append(ident)
+        ident = identity_of(row[nsrc:])
+        if skip:
+            name = row[0]
+            if name != last:
+                st.sources.add(_digest(name))
+                last, last_rows = name, []
+            last_rows.append(ident)
         if dedup == "exact":
             st.rows.add(ident)
         elif dedup == "key":

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Final
 
-from .read import Item
+from .read import MAX_FILE_SIZE, Item, too_big
 from .spool import Spool
 
 __all__ = ["archive_errors", "member_name", "members", "read_archive"]
@@ -89,11 +89,12 @@ def _decompressed(raw: IO[bytes]) -> Any:
     return raw
 
 
-def members(path: str) -> Iterator[tuple[Any, bytes | None]]:
+def members(path: str, limit: int | None = None) -> Iterator[tuple[Any, bytes | None]]:
     """(TarInfo, bytes of a regular member else None) of each member, in archive order.
 
-    Raises one of :func:`archive_errors` when the archive is damaged or cut short, also
-    after its last member.
+    A regular member over ``limit`` bytes comes with None too: it is not read into memory
+    (tarfile's stream skips it block by block). Raises one of :func:`archive_errors` when
+    the archive is damaged or cut short, also after its last member.
     """
     import tarfile
 
@@ -108,31 +109,42 @@ def members(path: str) -> Iterator[tuple[Any, bytes | None]]:
                     break
                 tf.members.clear()  # tarfile remembers every member otherwise: memory
                 data = None
-                if m.isreg():
+                if m.isreg() and (limit is None or m.size <= limit):
                     x = tf.extractfile(m)
                     data = x.read() if x is not None else b""
                 yield m, data
             end = tf.offset  # where tarfile looked for the next header and found none
-        if tail.block_at(end) != _ZERO_BLOCK:
+        block = tail.block_at(end)
+        # An archive `zotsink pack` is still appending to has no end-of-archive marker by
+        # design (its members end exactly at the end of the file); its index beside it
+        # says what it is. Anything else that stops at a header boundary was cut short.
+        packed = block == b"" and f is raw and os.path.isfile(path + ".idx")
+        if block != _ZERO_BLOCK and not packed:
             raise tarfile.ReadError("it ends before its end-of-archive marker: it was cut short")
         while f.read(1 << 20):
             pass  # to the end of the compressed stream, which checks its length and CRC
 
 
 def read_archive(
-    path: str, prefix: str, staging: str | None, wanted: Callable[[str], bool] | None
+    path: str,
+    prefix: str,
+    staging: str | None,
+    wanted: Callable[[str], bool] | None,
+    limit: int = MAX_FILE_SIZE,
 ) -> Iterator[Item]:
-    """Items of the archive's members in sorted name order; links and devices skipped.
+    """Items of the archive's members in sorted name order; links and devices skipped, and
+    members over ``limit`` bytes skipped unread.
 
     Members arrive in archive order (``tar`` writes them in ``readdir`` order): they are
-    staged in a :class:`~zotsink.collect_spool.Spool` and handed on sorted once the whole
-    archive has read cleanly, so an archive is collected whole or not at all.
+    staged in a :class:`~zotsink._collect.spool.Spool` (on disk past 32 MiB: memory stays
+    flat) and handed on sorted once the whole archive has read cleanly, so an archive is
+    collected whole or not at all.
     """
     spool = Spool(staging)
     index: list[tuple[str, int, int, int, str | None]] = []  # key, offset, size, mtime, why
     try:
         try:
-            for m, data in members(path):
+            for m, data in members(path, limit):
                 name = member_name(m.name)
                 if m.isdir() or name in ("", "."):
                     continue
@@ -140,6 +152,8 @@ def read_archive(
                 mtime = int(m.mtime * 1_000_000_000)
                 if data is not None:
                     index.append((key, spool.write(data), len(data), mtime, None))
+                elif m.isreg():
+                    index.append((key, -2, 0, mtime, too_big(m.size, limit)))
                 else:
                     kind = "symbolic link" if m.issym() else "hard link" if m.islnk() else ""
                     why = f"{kind or 'device or fifo'} in an archive, not followed"
@@ -154,7 +168,8 @@ def read_archive(
             name = prefix + key.replace("\0", "/")
             base = name.rsplit("/", 1)[-1]
             if why is not None:
-                yield Item(name, base, None, why, False, None, mtime, 0)
+                # a member too big is data not collected (--strict refuses it); a link is not
+                yield Item(name, base, None, why, off == -2, None, mtime, 0)
             elif wanted is not None and not wanted(name):
                 yield Item(name, base, None, None, False, None, mtime, 0)
             else:

@@ -8,7 +8,6 @@ retrying in lockstep.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -24,9 +23,15 @@ MAX_DELAY: Final = 50e-3
 def delays(
     first: float = FIRST_DELAY,
     cap: float = MAX_DELAY,
-    rand: Callable[[], float] = random.random,
+    rand: Callable[[], float] | None = None,
 ) -> Iterator[float]:
     """Endless sleeps: each a uniform draw below a ceiling that doubles up to ``cap``."""
+    if rand is None:
+        # imported only once a lock is found busy: an uncontended append (the CLI's one
+        # record per task) never pays for the random module
+        import random
+
+        rand = random.random
     ceiling = first
     while True:
         yield ceiling * rand()
@@ -39,7 +44,7 @@ def retry_until(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    rand: Callable[[], float] = random.random,
+    rand: Callable[[], float] | None = None,
 ) -> tuple[bool, int, float]:
     """Call ``attempt`` until it returns True or ``timeout`` seconds have passed.
 

@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import stat
+import sys
 from collections.abc import Iterator
+from typing import Any, Final
 
-__all__ = ["fsync_dir", "pread_chunks", "write_all"]
+__all__ = [
+    "RefusedFile",
+    "fresh_stat",
+    "fsync_dir",
+    "open_for_append",
+    "pread_chunks",
+    "side_file_problem",
+    "write_all",
+]
+
+
+class RefusedFile(OSError):
+    """A file zotsink will not append to (not a regular file, a planted link or file);
+    its ``strerror`` says why and what to do."""
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
     """Write all of ``data``: one write() unless the kernel cuts it short; the bytes written."""
-    done = 0
+    done = os.write(fd, data)
+    if done == len(data):  # the common case: one call, no view
+        return done
     view = memoryview(data)
     while done < len(view):
         n = os.write(fd, view[done:])
@@ -49,3 +68,141 @@ def pread_chunks(fd: int, size: int, chunk: int = 1 << 20, start: int = 0) -> It
             return
         pos += len(data)
         yield data
+
+
+def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[int, bool]:
+    """Open (or create) ``path`` for locked appends: ``(fd, readable)``.
+
+    O_RDWR where allowed, so the torn-tail and header checks can pread the same descriptor
+    (opening a second one would drop an fcntl lock the moment it is closed); else O_WRONLY.
+    Only a regular file is ever appended to: a FIFO or device planted at the name would
+    swallow the records or hang the writer (O_NONBLOCK keeps the open itself from hanging).
+    A side file (OUT.rejects) is never followed through a symbolic link and must belong to
+    this user; OUT itself is followed through a link only where the kernel's
+    protected_symlinks rule would allow it (see :func:`_link_allowed`), whatever the sysctl.
+    Raises ``OSError`` with the errno that says why.
+    """
+    flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+    if side_file:
+        flags |= os.O_NOFOLLOW
+    elif not _link_allowed(path):
+        raise RefusedFile(
+            errno.EPERM,
+            "it is a symbolic link in a shared sticky directory that belongs to neither you "
+            "nor the directory's owner, so it is not followed; remove it",
+        )
+    try:
+        fd = os.open(path, flags | os.O_RDWR, mode)
+        readable = True
+    except PermissionError:
+        fd = os.open(path, flags | os.O_WRONLY, mode)
+        readable = False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(errno.EINVAL, "it is not a regular file; remove it")
+        problem = side_file_problem(st) if side_file else None
+        if problem:
+            raise RefusedFile(
+                errno.EPERM,
+                f"{problem}: a side file is only ever your own; remove it or choose another OUT",
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, readable
+
+
+def side_file_problem(st: os.stat_result) -> str | None:
+    """Why a side file found at its name (``st``: its fstat) is not to be trusted, or None.
+
+    Side files are OUT.rejects, spill files and recover's journals. Only a regular file of
+    this user is one: in a shared directory another user may plant a file at the name, to
+    read the records written to it, or to feed records or a forged journal to recover.
+    """
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+    return None
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # only on this error path
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _link_allowed(path: str) -> bool:
+    """Whether a symbolic link at ``path`` may be followed (True when it is no link).
+
+    The kernel's protected_symlinks rule, applied whether or not the sysctl is on: in a
+    sticky, world-writable directory (/tmp, a shared scratch directory) a link is followed
+    only if it belongs to this user or to the directory's owner. Otherwise another user
+    could point OUT at the victim's own private file. Nobody else can replace a link that
+    passed the check: the sticky bit lets only its owner remove or rename it.
+    """
+    try:
+        link = os.lstat(path)
+    except OSError:
+        return True  # nothing there yet (O_CREAT makes a file) or unreadable: open decides
+    if not stat.S_ISLNK(link.st_mode):
+        return True
+    try:
+        parent = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return False
+    shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    return not shared or link.st_uid in (os.geteuid(), parent.st_uid)
+
+
+# -- a coherent view of another client's appends -------------------------------------------
+# On network and FUSE filesystems a client may serve a cached size (and cached pages) for a
+# while after another client appended, even under the lock: GlusterFS and NFS both do. pack
+# needs exact sizes (index offsets, where a torn tail starts), so there it asks the server:
+# statx with AT_STATX_FORCE_SYNC for the size, after dropping the file's cached pages so
+# that the bytes read next come from the server too.
+_AT_EMPTY_PATH: Final = 0x1000
+_AT_STATX_FORCE_SYNC: Final = 0x2000
+_STATX_BASIC: Final = 0x7FF
+_statx: list[Any] = []
+
+
+def _load_statx() -> Any:
+    if not _statx:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _statx.append(getattr(libc, "statx", None))
+    return _statx[0]
+
+
+def fresh_stat(fd: int, coherent: bool) -> tuple[int, int, int]:
+    """(device, inode, size) of an open file; with ``coherent``, as the server has it now."""
+    st = os.fstat(fd)
+    ident = (st.st_dev, st.st_ino)
+    if not coherent:
+        return (*ident, st.st_size)
+    with contextlib.suppress(OSError):
+        # fsync goes to the server even with nothing to write, and its reply carries the
+        # file's current attributes: GlusterFS's client refreshes its cached size from it
+        os.fsync(fd)
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    statx = _load_statx()
+    if statx is None:  # no statx in this libc: fstat is the best there is
+        return (*ident, st.st_size)
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    if statx(fd, b"", _AT_EMPTY_PATH | _AT_STATX_FORCE_SYNC, _STATX_BASIC, buf) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            return (*ident, st.st_size)
+        raise OSError(err, os.strerror(err))
+    # struct statx: stx_size is the u64 at byte 40
+    return (*ident, int.from_bytes(buf.raw[40:48], sys.byteorder))

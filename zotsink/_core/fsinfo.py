@@ -13,6 +13,7 @@ from typing import Final, NamedTuple
 __all__ = [
     "NETWORK_FSTYPES",
     "Mount",
+    "fs_type",
     "is_network",
     "mount_for",
     "parse_mountinfo",
@@ -48,7 +49,11 @@ NETWORK_FSTYPES: Final = frozenset(
 
 
 class Mount(NamedTuple):
-    """One line of mountinfo: where, what type, from where, with which options."""
+    """One line of mountinfo: where, what type, from where, with which options.
+
+    ``fstype`` names the filesystem as FUSE subtypes do (``fuse.NAME``) also for a client
+    that mountinfo shows as plain ``fuse`` but whose source names it: see :func:`fs_type`.
+    """
 
     mount_point: str
     fstype: str
@@ -85,6 +90,19 @@ def _unescape(field_: str) -> str:
     return "".join(out)
 
 
+def fs_type(fstype: str, source: str) -> str:
+    """The filesystem type of a mountinfo line, with MooseFS named.
+
+    mfsmount mounts as plain ``fuse`` (``fuse.mfs`` only with ``-o subtype=mfs``, and some
+    packages say ``fuse.moosefs``); its source ``mfs#HOST:PORT`` always names it. Plain
+    ``fuse`` would otherwise leave MooseFS among the FUSE filesystems that keep locks in
+    the local kernel.
+    """
+    if fstype == "fuse.moosefs" or (fstype == "fuse" and source.startswith("mfs#")):
+        return "fuse.mfs"
+    return fstype
+
+
 def parse_mountinfo(text: str) -> list[Mount]:
     """Parse the text of ``/proc/self/mountinfo`` (see proc(5)); bad lines are skipped."""
     mounts: list[Mount] = []
@@ -96,11 +114,12 @@ def parse_mountinfo(text: str) -> list[Mount]:
         rf = right.split()
         if len(lf) < 6 or len(rf) < 2:
             continue
+        source = _unescape(rf[1])
         mounts.append(
             Mount(
                 mount_point=_unescape(lf[4]),
-                fstype=rf[0],
-                source=_unescape(rf[1]),
+                fstype=fs_type(rf[0], source),
+                source=source,
                 options=frozenset(lf[5].split(",")),
                 super_options=frozenset(rf[2].split(",")) if len(rf) > 2 else frozenset(),
             )

@@ -33,6 +33,7 @@ __all__ = [
     "UNSUPPORTED_ERRNOS",
     "FcntlLock",
     "FlockLock",
+    "Held",
     "Lock",
     "Locker",
     "LockfileLock",
@@ -46,6 +47,10 @@ LOCK_KINDS: Final = ("auto", "flock", "fcntl", "lockfile")
 UNSUPPORTED_ERRNOS: Final = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP})
 #: errnos of a non-blocking attempt that found the lock held.
 _BUSY: Final = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
+#: errnos of an attempt that failed in passing: tried again in the back-off, like a busy
+#: lock. MooseFS refuses flock with ECANCELED hundreds of times in 20,000 appends when OUT
+#: is opened anew for each one, and the next attempt works; EINTR is a signal in the call.
+_TRANSIENT: Final = frozenset({errno.ECANCELED, errno.EINTR})
 #: How often a file may be found replaced while zotsink tries to lock it before giving up.
 MAX_REOPENS: Final = 100
 #: Age in seconds after which a lockfile marker from another host is taken as abandoned.
@@ -72,7 +77,7 @@ def _attempt(call: Any, fd: int, op: int, kind: str) -> bool:
     try:
         call(fd, op)
     except OSError as e:
-        if e.errno in _BUSY:
+        if e.errno in _BUSY or e.errno in _TRANSIENT:
             return False
         if e.errno in UNSUPPORTED_ERRNOS:
             raise Unsupported(e.errno, f"{kind} locks: {os.strerror(e.errno)}") from e
@@ -233,6 +238,10 @@ class Locker:
         self._lock = None
 
 
+#: An open descriptor and the (device, inode) it was opened on, which never change.
+Held = tuple[int, int, int]
+
+
 def open_locked(
     path: str,
     opener: Callable[[], int],
@@ -240,25 +249,34 @@ def open_locked(
     timeout: float,
     *,
     shared: bool = False,
-    fd: int = -1,
-) -> tuple[int, os.stat_result, float]:
-    """Lock the file that ``path`` names: ``(fd, fstat of it, seconds waited)``, lock held.
+    held: Held | None = None,
+) -> tuple[Held, os.stat_result, float]:
+    """Lock the file that ``path`` names: ``((fd, dev, ino), its stat, seconds waited)``.
 
-    The one open -> lock -> same-inode loop of zotsink. ``fd`` (when not -1) is a
-    descriptor of ``path`` kept open from before; otherwise ``opener()`` opens one. Under
-    the lock, ``path`` must still name the open inode: ``verify --repair`` or a user may
-    have renamed another file over it, and a writer that went on with the old inode would
-    append to a file nobody reads. So a replaced file is unlocked, closed and opened again.
+    The one open -> lock -> same-inode loop of zotsink. ``held`` is a descriptor of
+    ``path`` kept open from before; otherwise ``opener()`` opens one. Under the lock,
+    ``path`` must still name the open inode: ``verify --repair`` or a user may have renamed
+    another file over it, and a writer that went on with the old inode would append to a
+    file nobody reads. So a replaced file is unlocked, closed and opened again. The check
+    is one ``stat(path)`` compared with the inode the descriptor was opened on (an fstat at
+    open time): the same inode, so the stat's size is the file's size under the lock.
 
-    The descriptor is the caller's after a return; on an exception it has been closed
-    (the caller must not use the ``fd`` it passed in again). Raises :class:`LockTimeout`,
-    :class:`LockError`, :class:`WriteError` (replaced :data:`MAX_REOPENS` times) and the
-    ``OSError`` of a failing ``fstat``/``stat``.
+    The descriptor is the caller's after a return, with the lock held; on an exception it
+    has been closed (the caller must not use the one it passed in again). Raises
+    :class:`LockTimeout`, :class:`LockError`, :class:`WriteError` (replaced
+    :data:`MAX_REOPENS` times) and the ``OSError`` of a failing ``stat``.
     """
     waited = 0.0
     for _ in range(MAX_REOPENS):
-        if fd < 0:
+        if held is None:
             fd = opener()
+            try:
+                st = os.fstat(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            held = (fd, st.st_dev, st.st_ino)
+        fd = held[0]
         try:
             waited += locker.acquire(fd, timeout, shared)
         except BaseException:
@@ -266,10 +284,9 @@ def open_locked(
             raise
         stale = False
         try:
-            st = os.fstat(fd)
             named = os.stat(path)
-            if (named.st_dev, named.st_ino) == (st.st_dev, st.st_ino):
-                return fd, st, waited
+            if named.st_ino == held[2] and named.st_dev == held[1]:
+                return held, named, waited
         except FileNotFoundError:
             pass  # removed since we opened it: follow the name
         except OSError as e:
@@ -283,7 +300,7 @@ def open_locked(
             _drop(locker, fd)
             raise
         _drop(locker, fd)
-        fd = -1
+        held = None
         if stale:
             time.sleep(0.02)  # the client's cache needs a moment to let go
     raise WriteError(

@@ -29,7 +29,6 @@ __all__ = [
     "escape_tsv",
     "format_for",
     "lines_ok",
-    "parse_kv",
     "parse_stamp",
     "split_lines",
     "stamp_values",
@@ -108,6 +107,21 @@ def encode_row(values: Iterable[Any], fmt: str) -> str:
     return line
 
 
+def csv_module() -> Any:
+    """The stdlib csv module, with its field limit raised to zotsink's line limit.
+
+    Python's default limit is 128 KiB per field, far below :data:`MAX_LINE`: a record
+    append accepted would then be unreadable to verify, missing and collect. One limit,
+    everywhere. The limit is process-wide: it is only ever raised, never lowered, so a
+    program that set a larger one keeps it. Imported on first use: start-up time matters.
+    """
+    import csv
+
+    if csv.field_size_limit() < MAX_LINE + 1:
+        csv.field_size_limit(MAX_LINE + 1)
+    return csv
+
+
 class _LineSink:
     """A file-like target that keeps the last line the csv writer produced."""
 
@@ -124,8 +138,7 @@ _csv_sink = _LineSink()
 def _csv_line(texts: list[str]) -> str:
     global _csv_writer
     if _csv_writer is None:
-        import csv  # imported on first use: the CLI's start-up time matters
-
+        csv = csv_module()
         # The writer quotes only the characters of its line terminator: give it CRLF so
         # that a bare CR or LF inside a value is quoted too, then end lines with LF.
         _csv_writer = csv.writer(_csv_sink, lineterminator="\r\n")
@@ -133,55 +146,20 @@ def _csv_line(texts: list[str]) -> str:
     return _csv_sink.line[:-2]
 
 
+def _preview(line: str, width: int = 60) -> str:
+    return repr(line if len(line) <= width else line[:width] + "...")
+
+
 def decode_row(line: str, fmt: str) -> list[str]:
     """Split one line (without its newline) into values."""
     if fmt == "csv":
-        import csv
-
-        rows = list(csv.reader([line]))
-        return rows[0] if rows else [""]
+        # strict: a quote left open is an error, never a record that silently swallows
+        # the rest of the line (or, in a file, every record after it)
+        rows = list(csv_module().reader([line], strict=True))
+        if len(rows) != 1:
+            raise RecordError(f"not one csv record: {_preview(line)}")
+        return rows[0]
     return [unescape_tsv(v) for v in line.split("\t")]
-
-
-def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
-    """Parse ``key:value`` tokens separated by whitespace into a mapping.
-
-    A token without ``sep`` continues the previous value, joined by one space, so
-    ``filename:my image.jpg`` keeps its space. ``sep=None`` takes whichever of ``:`` and
-    ``=`` comes first in the first token. Raises :class:`RecordError` when the first token
-    has no separator, a key is empty, or a key repeats.
-    """
-    tokens = line.split()
-    if not tokens:
-        return {}
-    if sep is None:
-        first = tokens[0]
-        cands = [i for i in (first.find(":"), first.find("=")) if i > 0]
-        if not cands:
-            raise RecordError(f"not a key:value or key=value line: {_preview(line)}")
-        sep = first[min(cands)]
-    out: dict[str, str] = {}
-    key = ""
-    for tok in tokens:
-        i = tok.find(sep)
-        if i < 0:
-            if not key:
-                raise RecordError(
-                    f"the first token {tok!r} has no {sep!r}: expected key{sep}value tokens"
-                )
-            out[key] = out[key] + " " + tok
-            continue
-        if i == 0:
-            raise RecordError(f"empty key in token {tok!r}")
-        key = tok[:i]
-        if key in out:
-            raise RecordError(f"key {key!r} appears twice in {_preview(line)}")
-        out[key] = tok[i + 1 :]
-    return out
-
-
-def _preview(line: str, width: int = 60) -> str:
-    return repr(line if len(line) <= width else line[:width] + "...")
 
 
 # -- what a valid line is: defined here once ------------------------------------------------
@@ -321,14 +299,19 @@ class Encoder:
         return line.count(b"\t") + 1
 
     def check_raw(self, line: bytes) -> str | None:
-        """Why a pre-formatted line (without newline) is refused, or None."""
+        """Why a pre-formatted line (without newline) is refused, or None.
+
+        In csv every line must parse as exactly one record (with a header: of its width):
+        a line with a quote left open would make csv readers swallow every record that
+        other writers append after it.
+        """
         why = check_line(line)
-        if why is None and self.columns is not None and self.fmt != "lines":
+        if why is None and (self.fmt == "csv" or (self.columns is not None and self.fmt == "tsv")):
             try:
                 n = self.field_count(line)
-            except Exception as e:  # csv.Error: a bare CR or LF outside quotes
+            except Exception as e:  # csv.Error or RecordError: an open quote, a bare CR
                 return f"malformed csv line ({e})"
-            if n != len(self.columns):
+            if self.columns is not None and n != len(self.columns):
                 why = f"{n} fields where the header has {len(self.columns)}"
         return why
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import write_all
+from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
-from .locking import Locker, open_locked
+from .locking import Held, Locker, open_locked
 
 __all__ = ["SYNC_POLICIES", "Writer", "first_line"]
 
@@ -39,6 +39,7 @@ _OPEN_ADVICE: Final = {
     errno.EPERM: "permission denied; choose a place you may write to",
     errno.EROFS: "the filesystem is read-only",
     errno.ELOOP: "it is a symbolic link, which side files never follow",
+    errno.ENXIO: "it is a FIFO or a device, not a regular file; remove it",
     errno.ENOTDIR: "a part of the path is not a directory",
 }
 
@@ -87,13 +88,14 @@ class Writer:
         self.side_file = side_file
         self.mode = mode
         self._prepare = prepare
-        self._fd = -1
+        self._held: Held | None = None  # (fd, dev, ino) of OUT, kept open between appends
         self._readable = True
         self._end: tuple[int, int, int] | None = None  # (dev, ino, size) after our last write
         self._header_ok: tuple[int, int] | None = None  # (dev, ino) whose header matched
         self._mutex = threading.Lock()
         self.lock_wait = 0.0  # seconds spent waiting for the lock, summed
-        self._pid = os.getpid()
+        self._forked = False  # set in a child made by os.fork() (see _mark_forked)
+        _live_writers.add(self)
 
     @property
     def header(self) -> bytes | None:
@@ -109,46 +111,35 @@ class Writer:
 
     # -- descriptor ---------------------------------------------------------------------
     def _open(self) -> int:
-        # O_RDWR so the torn-tail and header checks can pread the same descriptor: opening
-        # a second one would drop an fcntl lock the moment it is closed.
-        flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        if self.side_file:
-            # O_NONBLOCK: a FIFO planted at a side file's name must not hang the open; it is
-            # refused below and cleared again for the regular file.
-            flags |= os.O_NOFOLLOW | os.O_NONBLOCK
         try:
-            try:
-                fd = os.open(self.path, flags | os.O_RDWR, self.mode)
-                self._readable = True
-            except PermissionError:
-                fd = os.open(self.path, flags | os.O_WRONLY, self.mode)
-                self._readable = False
+            fd, self._readable = open_for_append(self.path, self.mode, side_file=self.side_file)
         except OSError as e:
-            advice = _OPEN_ADVICE.get(e.errno or 0, e.strerror or str(e))
+            if isinstance(e, RefusedFile):
+                advice = e.strerror
+            else:
+                advice = _OPEN_ADVICE.get(e.errno or 0, e.strerror or str(e))
             raise WriteError(
                 f"cannot open {self.path} for appending: {advice}", path=self.path, errno=e.errno
             ) from e
-        if self.side_file:
-            self._check_regular(fd)
         return fd
-
-    def _check_regular(self, fd: int) -> None:
-        # A side file is only ever a regular file: anything else planted at its name (a FIFO,
-        # a device) could hang the writer or send the records elsewhere.
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise WriteError(
-                f"cannot open {self.path} for appending: it is not a regular file; remove it",
-                path=self.path,
-                errno=errno.EINVAL,
-            )
-        os.set_blocking(fd, True)
 
     def close(self) -> None:
         with self._mutex:
-            if self._fd >= 0:
-                fd, self._fd = self._fd, -1
-                os.close(fd)
+            if self._held is not None:
+                fd, self._held = self._held[0], None
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    # Some filesystems (MooseFS when full) report a failed write only at
+                    # close(). Where this writer fsyncs, every batch was on the server
+                    # before its append returned; elsewhere the user must hear of it.
+                    if not self.fsync:
+                        raise WriteError(
+                            f"closing {self.path} failed ({e.strerror or e}): the last "
+                            f"records may not have reached it; run `zotsink verify {self.path}`",
+                            path=self.path,
+                            errno=e.errno,
+                        ) from e
 
     def __enter__(self) -> Writer:
         return self
@@ -195,27 +186,39 @@ class Writer:
     def _after_fork(self) -> None:
         # A flock held through a description shared with the parent would not exclude the
         # parent: the child drops its inherited copy and opens OUT afresh.
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = -1
+        if self._held is not None:
+            os.close(self._held[0])
+        self._held = None
         self._end = self._header_ok = None
         self.locker = Locker(self.locker.requested, self.path)
-        self._pid = os.getpid()
+        self._forked = False
 
     def _append(self, data: bytes | Iterator[bytes], timeout: float) -> int:
-        if self._pid != os.getpid():
+        if self._forked:
             self._after_fork()
-        fd, self._fd = self._fd, -1  # open_locked owns it until it returns
-        fd, st, waited = open_locked(self.path, self._open, self.locker, timeout, fd=fd)
-        self._fd = fd
-        self.lock_wait += waited
+        held, self._held = self._held, None  # open_locked owns it until it returns
+        held, st, waited = open_locked(self.path, self._open, self.locker, timeout, held=held)
+        self._held = held
+        fd = held[0]
+        size = st.st_size
+        if self.fsync:
+            # A network or FUSE client (GlusterFS: for about a second) may report the size it
+            # cached before another client appended, even under the lock. Decisions taken on
+            # it (an empty OUT gets the header; a failed write is cut back to it) need the
+            # server's size: the same policy that fsyncs asks for it.
+            size = fresh_stat(fd, True)[2]
+            if size != st.st_size:  # the hook below sees the same, true size
+                st = os.stat_result((*st[:6], size, *st[7:10]))
+        if waited:
+            self.lock_wait += waited
         try:
-            return self._write_locked(fd, st, data)
+            return self._write_locked(fd, st, size, data)
         finally:
             self.locker.release()
 
-    def _write_locked(self, fd: int, st: os.stat_result, data: bytes | Iterator[bytes]) -> int:
-        size = st.st_size
+    def _write_locked(
+        self, fd: int, st: os.stat_result, size: int, data: bytes | Iterator[bytes]
+    ) -> int:
         ident = (st.st_dev, st.st_ino)
         if self._prepare is not None and isinstance(data, bytes):
             data = self._prepare(fd, st, data)
@@ -284,3 +287,15 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
 def _show(line: bytes) -> str:
     text = line.rstrip(b"\n").decode("utf-8", "replace")
     return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
+#: Every writer of this process, so that a forked child can mark them (no getpid() per append).
+_live_writers: weakref.WeakSet[Writer] = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    for w in list(_live_writers):
+        w._forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)

@@ -268,7 +268,21 @@ def assess(
             " attribute-timeout=1 s by default): run zotsink cat, verify or missing a moment"
             " after the writers finished, or mount readers with --attribute-timeout=0"
         )
-    if fsync:
+    if t == "fuse.mfs":
+        if mount is not None and mount.source.startswith("mfs#"):
+            notes.append(f"MooseFS, named by the mount's source {mount.source}")
+        notes.append(
+            "MooseFS refuses a flock now and then with ECANCELED when OUT is opened anew for"
+            " every append; zotsink takes it for a busy lock and tries again"
+        )
+    if fsync and t == "fuse.mfs":
+        sync_why = (
+            "mfsmount acknowledges a write before its chunkservers have it, reports a full"
+            " filesystem (ENOSPC) only at fsync or close, and its lock exclusion was seen to"
+            " lapse between writers that reopen OUT without fsyncing: zotsink fsyncs before"
+            " the unlock"
+        )
+    elif fsync:
         sync_why = (
             "the client acknowledges a write before it reaches the server, so zotsink"
             " fsyncs before the unlock"

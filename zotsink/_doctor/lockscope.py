@@ -58,13 +58,14 @@ NAMES: Final = {
     "fuse.ceph-fuse": ("CephFS, ceph-fuse client", "cluster"),
     "fuse.ceph": ("CephFS, ceph-fuse client", "cluster"),
     "fuse.juicefs": ("JuiceFS", "cluster"),
+    "fuse.mfs": ("MooseFS", "cluster"),
     "fuse.sshfs": ("sshfs", "fuse"),
     "fuse.bindfs": ("bindfs", "fuse"),
     "fuseblk": ("a FUSE filesystem on a local disk", "local"),
 }
 # FUSE filesystems whose daemons pass flock and fcntl locks on to their servers
 FUSE_FORWARDING: Final = frozenset(
-    {"fuse.glusterfs", "fuse.ceph-fuse", "fuse.ceph", "fuse.juicefs"}
+    {"fuse.glusterfs", "fuse.ceph-fuse", "fuse.ceph", "fuse.juicefs", "fuse.mfs"}
 )
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 

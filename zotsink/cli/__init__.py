@@ -33,6 +33,7 @@ COMMANDS: Final = {
     "cat": ("zotsink.cli.cat", "cat_cmd", "Print a consistent snapshot of OUT."),
     "recover": ("zotsink.cli.recover", "recover_cmd", "Fold OUT's spill files back into OUT."),
     "doctor": ("zotsink.cli.doctor", "doctor_cmd", "Check a directory's filesystem and locks."),
+    "pack": ("zotsink.cli.pack", "pack_cmd", "Append files as members of one shared tar."),
 }
 
 

@@ -11,11 +11,30 @@ from ._common import CONTEXT, lock_options, run_api, stdout_closed
 
 @click.command("cat", context_settings=CONTEXT)
 @click.argument("out", type=click.Path())
+@click.argument("member", required=False)
+@click.option("--list", "listing", is_flag=True, help="ARCHIVE.tar: list its members as TSV.")
 @lock_options
-def cat_cmd(out: str, lock: str, timeout: float) -> None:
-    """Print a consistent copy of OUT: never a half-written batch."""
+def cat_cmd(out: str, member: str | None, listing: bool, lock: str, timeout: float) -> None:
+    """Print a consistent copy of OUT: never a half-written batch.
+
+    \b
+    For an archive of `zotsink pack`: `zotsink cat ARCHIVE.tar NAME` prints one member
+    (found through the index, no scan); `--list` lists the members.
+    """
     from .._read import iter_snapshot, snapshot
 
+    if member is not None or listing:
+        from .._pack.members import format_listing, list_members, read_member
+
+        data = run_api(
+            lambda: format_listing(list_members(out)) if listing else read_member(out, member)
+        )
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            stdout_closed()
+        return
     fd, size = run_api(lambda: snapshot(out, lock=lock, timeout=timeout))
     sink = sys.stdout.buffer
     try:

@@ -19,26 +19,42 @@ from ._common import (
 )
 
 
+def render(phase: str, done: int, total: int, seconds: float, width: int = 30) -> str:
+    """One progress line, in click.progressbar's look: a bar, done/total, percent, rate and
+    ETA once the total is known; the count and rate alone while it is not."""
+    what = "files" if phase == "read" else "records"
+    verb = "reading" if phase == "read" else "writing"
+    rate = done / seconds if seconds > 0 else 0.0
+    if total <= 0:
+        return f"{verb}: {done:,} {what}  {rate:,.0f} {what}/s"
+    frac = min(done / total, 1.0)
+    fill = int(frac * width)
+    bar = "#" * fill + "-" * (width - fill)
+    eta = ""
+    if rate > 0:
+        left = int((total - done) / rate + 0.5)
+        eta = f"  ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
+    return f"{verb}: [{bar}]  {done:,}/{total:,}  {frac:4.0%}  {rate:,.0f} {what}/s{eta}"
+
+
 class _Bar:
-    """A one-line progress display on stderr, redrawn at most ten times a second."""
+    """The progress line on stderr (a terminal), redrawn at most ten times a second, and
+    always at the end of a phase."""
 
     def __init__(self) -> None:
         self.last = 0.0
         self.drawn = False
+        self.phase = ""
         self.t0 = time.monotonic()
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if now - self.last < 0.1:
+        if phase != self.phase:
+            self.phase, self.t0 = phase, now
+        elif now - self.last < 0.1 and done != total:
             return
         self.last = now
-        rate = done / max(now - self.t0, 1e-9)
-        if phase == "read":
-            text = f"reading: {done:,} files, {total:,} records ({rate:,.0f} files/s)"
-        else:
-            pct = 100 * done / total if total else 100
-            text = f"writing: {done:,} of {total:,} records ({pct:.0f}%)"
-        sys.stderr.write(f"\r\x1b[Kzotsink: {text}")
+        sys.stderr.write(f"\r\x1b[Kzotsink: {render(phase, done, total, now - self.t0)}")
         sys.stderr.flush()
         self.drawn = True
 
@@ -95,6 +111,18 @@ class _Bar:
     help="Then delete the collected files (needs --archive, or --yes).",
 )
 @click.option("--yes", is_flag=True, help="Let --remove-sources delete without an archive.")
+@click.option(
+    "--min-age",
+    metavar="SECONDS",
+    help="--remove-sources keeps files modified less than SECONDS ago  [default: 3600].",
+)
+@click.option(
+    "--max-file-size",
+    metavar="SIZE",
+    default="16M",
+    show_default=True,
+    help="Skip (and list) files and archive members bigger than SIZE (K, M, G).",
+)
 @click.option("--strict", is_flag=True, help="A file that cannot be read or parsed is an error.")
 @click.option(
     "--jobs", type=click.IntRange(min=1), help="Parallel readers [default: 1 local, 8 network]."
@@ -124,6 +152,8 @@ def collect_cmd(
     archive: str | None,
     remove_sources: bool,
     yes: bool,
+    min_age: str | None,
+    max_file_size: str,
     strict: bool,
     jobs: int | None,
     progress: bool | None,
@@ -136,6 +166,7 @@ def collect_cmd(
 ) -> None:
     """Merge the tiny files of SOURCE... (directories, files, tar archives, - for a list of
     paths on stdin) into one de-duplicated table OUT, through the locked append path.
+    OUT ending in .jsonl or .parquet is written whole instead (a new file).
 
     \b
       zotsink collect results/ -o results.tsv
@@ -170,6 +201,8 @@ def collect_cmd(
                 archive=archive,
                 remove_sources=remove_sources,
                 yes=yes,
+                min_age=min_age,
+                max_file_size=max_file_size,
                 strict=strict,
                 jobs=jobs,
                 lock=lock,

@@ -18,10 +18,32 @@ from ._common import CONTEXT, lock_options, quiet_option, run_api, say, set_verb
 def recover_cmd(
     out: str, spills: tuple[str, ...], lock: str, timeout: float, force: bool, quiet: bool
 ) -> None:
-    """Append OUT's spill files (or the SPILLS named) to OUT, then remove them."""
+    """Append OUT's spill files (or the SPILLS named) to OUT, then remove them.
+
+    \b
+    SPILLS must be spill files of OUT (OUT.spill.<host>.<pid>[.<n>], in any
+    directory); anything else is refused before anything is done.
+    Exit codes: 0 all recovered, 1 some left (a writer still runs here, or a
+    file could not be trusted: each is named), 2 usage (a file that is not a
+    spill file of OUT), 74 I/O error, 75 lock timeout.
+    """
+    from .._pack.index import is_pack_archive
     from .._recover import recover
 
     set_verbosity(0, quiet)
+    if is_pack_archive(out):  # spill tars of `zotsink pack`: whole members, not lines
+        from .._pack.recover import recover_archive
+
+        arep = run_api(
+            lambda: recover_archive(out, list(spills) or None, lock=lock, timeout=timeout)
+        )
+        for left in arep.left:
+            say(f"left {left}")
+        say(
+            f"recovered {arep.members} members from {len(arep.files)} spill tars into {out}"
+            + (f" ({arep.skipped} were in it already)" if arep.skipped else "")
+        )
+        sys.exit(1 if arep.left else 0)
     rep = run_api(
         lambda: recover(
             out, list(spills) if spills else None, lock=lock, timeout=timeout, force=force
@@ -29,5 +51,7 @@ def recover_cmd(
     )
     for p in rep.busy:
         say(f"left {p}: its writer is still running (use --force to take it anyway)")
+    for p, why in rep.refused:
+        say(f"left {p}: {why}")
     say(f"recovered {rep.records} records from {len(rep.files)} spill files into {out}")
-    sys.exit(1 if rep.busy else 0)
+    sys.exit(1 if rep.busy or rep.refused else 0)

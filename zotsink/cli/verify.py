@@ -55,8 +55,18 @@ def verify_cmd(
     74 I/O error, 75 lock timeout.
     """
     from .._check.verify import verify
+    from .._pack.index import is_pack_archive
 
     set_verbosity(0, quiet)
+    if is_pack_archive(out):  # a shared tar of `zotsink pack`: its own walk of the headers
+        from .._pack.verify import verify_archive
+
+        rep = run_api(lambda: verify_archive(out, repair=repair, lock=lock, timeout=timeout))
+        for line in rep.summary(limit=show):
+            say(line)
+        if as_json:
+            print_json(rep.to_dict())
+        sys.exit(0 if rep.ok else 1)
     report = run_api(
         lambda: verify(
             out,

@@ -1,0 +1,135 @@
+"""``zotsink pack`` end to end: names, bad input, exit codes, spills."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from zotsink._pack.members import read_member
+from zotsink._pack.recover import recover_archive
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+
+
+def _names(path: Path) -> list[str]:
+    with tarfile.open(path) as tf:
+        return tf.getnames()
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    a = tmp_path / "hist.png"
+    a.write_bytes(b"\x89PNG" + bytes(range(256)) * 10)
+    a.chmod(0o640)
+    b = tmp_path / "a.npy"
+    b.write_bytes(b"\x93NUMPY" + b"\0" * 100)
+    return a, b
+
+
+def test_files_become_adjacent_members_with_their_attributes(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    a, b = files
+    r = zotsink("pack", "out.tar", a, b, env={"SLURM_ARRAY_JOB_ID": None, "SLURM_JOB_ID": None})
+    assert (r.returncode, r.stderr) == (0, b"")
+    archive = tmp_path / "out.tar"
+    with tarfile.open(archive) as tf:
+        members = tf.getmembers()
+        assert [m.name for m in members] == ["hist.png", "a.npy"]
+        assert members[0].mode == 0o640 and members[0].mtime == int(a.stat().st_mtime)
+        assert tf.extractfile(members[1]).read() == b.read_bytes()  # type: ignore[union-attr]
+    assert read_member(archive, "hist.png") == a.read_bytes()
+
+
+def test_a_job_array_task_gets_its_job_task_prefix(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    env = {"SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "7"}
+    assert zotsink("pack", "out.tar", files[0], env=env).returncode == 0
+    assert zotsink("pack", "out.tar", files[0], "--prefix", "mine", env=env).returncode == 0
+    assert zotsink("pack", "out.tar", files[0], "--stamp", "task", env=env).returncode == 0
+    assert _names(tmp_path / "out.tar") == ["4242_7/hist.png", "mine/hist.png", "7/hist.png"]
+
+
+def test_stdin_is_one_member_and_needs_a_name(tmp_path: Path, zotsink: Run) -> None:
+    r = zotsink("pack", "out.tar", "-", input=b"payload")
+    assert r.returncode == 2 and b"stdin (-) needs --name" in r.stderr
+    r = zotsink("pack", "out.tar", "--name", "k1.json", "-", input=b'{"a": 1}')
+    assert r.returncode == 0, r.stderr
+    assert read_member(tmp_path / "out.tar", "k1.json") == b'{"a": 1}'
+
+
+def test_a_taken_name_is_refused_with_exit_1_unless_replace(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    assert zotsink("pack", "out.tar", files[0], "--prefix", "").returncode == 0
+    size = (tmp_path / "out.tar").stat().st_size
+    r = zotsink("pack", "out.tar", files[1], files[0], "--prefix", "")
+    assert r.returncode == 1
+    assert b"already has a member named 'hist.png'" in r.stderr and b"--replace" in r.stderr
+    assert (tmp_path / "out.tar").stat().st_size == size  # not even a.npy
+    r = zotsink("pack", "out.tar", files[0], "--prefix", "", "--replace")
+    assert r.returncode == 0
+    assert _names(tmp_path / "out.tar") == ["hist.png", "hist.png"]
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "device", "missing", "unreadable"])
+def test_a_file_that_cannot_be_a_member_appends_nothing(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path], kind: str
+) -> None:
+    bad = {
+        "directory": tmp_path / "d",
+        "fifo": tmp_path / "f",
+        "device": Path("/dev/null"),
+        "missing": tmp_path / "nope",
+        "unreadable": Path("/proc/self/mem"),  # a regular file whose read fails (EIO)
+    }[kind]
+    if kind == "directory":
+        bad.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(bad)
+    r = zotsink("pack", "out.tar", files[0], bad, timeout=30)
+    assert r.returncode == 1, r.stderr
+    assert str(bad).encode() in r.stderr and b"nothing was appended" in r.stderr
+    assert b"Traceback" not in r.stderr
+    assert not (tmp_path / "out.tar").exists()
+
+
+def test_max_member_refuses_a_larger_member(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    r = zotsink("pack", "out.tar", files[1], "--max-member", "100")
+    assert r.returncode == 1 and b"over the --max-member limit of 100" in r.stderr
+    assert zotsink("pack", "out.tar", files[1], "--max-member", "1K").returncode == 0
+    assert zotsink("pack", "out.tar", files[1], "--max-member", "lots").returncode == 2
+
+
+def test_seal_then_append(tmp_path: Path, zotsink: Run, files: tuple[Path, Path]) -> None:
+    archive = tmp_path / "out.tar"
+    assert zotsink("pack", "out.tar", files[0], "--seal", "--prefix", "").returncode == 0
+    assert archive.read_bytes().endswith(bytes(1024))
+    assert zotsink("pack", "out.tar", files[1], "--prefix", "").returncode == 0
+    assert not archive.read_bytes().endswith(bytes(1024))
+    out = subprocess.run(["tar", "tf", str(archive)], capture_output=True, check=True)
+    assert out.stdout == b"hist.png\na.npy\n" and out.stderr == b""
+
+
+def test_lock_timeout_exits_75_and_spills(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    archive = tmp_path / "out.tar"
+    assert zotsink("pack", "out.tar", files[0], "--prefix", "").returncode == 0
+    with open(archive, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        r = zotsink("pack", "out.tar", files[1], "--prefix", "", "--timeout", "0.2")
+    assert r.returncode == 75, r.stderr
+    spills = list(tmp_path.glob("out.tar.spill.*"))
+    assert len(spills) == 1 and str(spills[0]).encode() in r.stderr
+    assert recover_archive(archive).members == 1
+    assert _names(archive) == ["hist.png", "a.npy"]

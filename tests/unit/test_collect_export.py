@@ -1,0 +1,77 @@
+"""The whole-file writer: output endings, column types, JSON Lines bytes, no half files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from zotsink._collect.export import ColumnTypes, output_format, write_whole
+from zotsink.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    "name,fmt",
+    [("o.tsv", "tsv"), ("o.TAB", "tsv"), ("o.txt", "tsv"), ("results", "tsv"),
+     (".hidden", "tsv"), ("o.csv", "csv"), ("o.jsonl", "jsonl"), ("o.ndjson", "jsonl"),
+     ("d.v2/o.parquet", "parquet")],
+)  # fmt: skip
+def test_output_endings(name: str, fmt: str) -> None:
+    assert output_format(name) == fmt
+
+
+@pytest.mark.parametrize("name", ["o.json", "o.tsv.gz", "o.xlsx", "o.2024"])
+def test_an_ending_that_cannot_be_honoured_is_refused(name: str) -> None:
+    with pytest.raises(UsageError, match="does not write"):
+        output_format(name)
+
+
+def types(*column: str) -> str:
+    t = ColumnTypes(1)
+    for v in column:
+        t.add([v])
+    return t.names()[0]
+
+
+def test_column_types() -> None:
+    assert types("1", "-2", "+3", "0") == "integer"
+    assert types("1", "2.5") == "float"
+    assert types("1e3", ".5", "5.", "-0.0") == "float"
+    assert types("1", "", "") == "integer"  # empty is null, not a type
+    assert types("", "") == "string"
+    assert types("007", "8") == "string"  # a label, not 7
+    assert types("1", "nan") == "string" and types("inf") == "string"
+    assert types("9223372036854775807") == "integer"
+    assert types("9223372036854775808") == "string"  # past int64: kept exactly, as text
+    assert types("1e999") == "string"  # not a finite float
+    assert types("١٢") == "string"  # digits of other scripts are text
+    assert types("1", "x", "2") == "string"
+
+
+def test_jsonl_values_are_typed_and_the_file_appears_whole(tmp_path: Path) -> None:
+    rows = [["a", "1", "0.5", ""], ["b", "", "2", "x\ty"]]
+    dest = tmp_path / "o.jsonl"
+    n, names = write_whole(str(dest), "jsonl", ["s", "i", "f", "t"], lambda: iter(rows))
+    assert (n, names) == (2, ["string", "integer", "float", "string"])
+    assert [json.loads(ln) for ln in dest.read_text().splitlines()] == [
+        {"s": "a", "i": 1, "f": 0.5, "t": None},
+        {"s": "b", "i": None, "f": 2.0, "t": "x\ty"},
+    ]
+    assert os.listdir(tmp_path) == ["o.jsonl"]
+
+
+def test_a_failure_while_writing_leaves_nothing(tmp_path: Path) -> None:
+    calls = []
+
+    def rows():  # the second pass (the writing) breaks down half way
+        calls.append(1)
+        yield ["1"]
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        yield ["2"]
+
+    with pytest.raises(OSError):
+        write_whole(str(tmp_path / "o.jsonl"), "jsonl", ["i"], rows)
+    assert os.listdir(tmp_path) == []

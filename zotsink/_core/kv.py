@@ -1,0 +1,56 @@
+"""``key:value`` records: the one parser behind ``append --kv`` and ``collect --input kv``.
+
+Seed-style tiny files and per-task programs print ``filename:x.jpg min:57 max:253``;
+``--kv`` turns such lines into rows whose columns are the keys.
+"""
+
+from __future__ import annotations
+
+from ..errors import RecordError
+
+__all__ = ["parse_kv"]
+
+
+def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
+    """Parse ``key:value`` tokens separated by whitespace into a mapping.
+
+    A token without ``sep`` continues the previous value, joined by one space, so
+    ``filename:my image.jpg`` keeps its space. ``sep=None`` takes whichever of ``:`` and
+    ``=`` comes first in the first token. Raises :class:`RecordError` when the first token
+    has no separator, a key is empty, or a key repeats.
+    """
+    tokens = line.split()
+    if not tokens:
+        return {}
+    if sep is None:
+        first = tokens[0]
+        cands = [i for i in (first.find(":"), first.find("=")) if i > 0]
+        if not cands:
+            raise RecordError(f"not a key:value or key=value line: {_preview(line)}")
+        sep = first[min(cands)]
+    out: dict[str, str] = {}
+    key = ""
+    for tok in tokens:
+        i = tok.find(sep)
+        if i < 0:
+            if not key:
+                raise RecordError(
+                    f"the first token {tok!r} has no {sep!r}: expected key{sep}value tokens"
+                )
+            out[key] = out[key] + " " + tok
+            continue
+        if i == 0:
+            raise RecordError(f"empty key in token {tok!r}")
+        key = tok[:i]
+        if key in out:
+            raise RecordError(f"key {key!r} appears twice in {_preview(line)}")
+        out[key] = tok[i + 1 :]
+    return out
+
+
+def _preview(line: str, width: int = 60) -> str:
+    return repr(line if len(line) <= width else line[:width] + "...")
+
+
+def _preview(line: str, width: int = 60) -> str:
+    return repr(line if len(line) <= width else line[:width] + "...")

@@ -1,0 +1,381 @@
+"""Appending members to one shared tar: ``append_member`` and ``append_members``.
+
+One call is one contiguous block of members written with one ``write()`` on an
+``O_APPEND`` descriptor under the archive's exclusive lock, then (per the sync policy)
+fsynced, then committed by its index rows. Before writing, under the same lock,
+:func:`.archive.settle` cuts back a torn tail a killed writer left, so that the grid stays
+whole for every reader. A lock timeout or a failed write saves the call's members to a
+spill tar beside the archive (``ARCHIVE.spill.<host>.<pid>``), which
+:func:`recover_archive` appends later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import hashlib
+import os
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Final, NamedTuple, Union
+
+from .._core import sidefiles
+from .._core.fileio import write_all
+from .._core.fsinfo import wants_fsync
+from .._core.locking import Locker
+from .._core.stamp import stamp_values, utc_now
+from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
+from . import tarfmt
+from .archive import settle
+from .index import HEADER, IndexCache, Row, format_rows, index_path
+from .locked import locked_archive
+from .tarfmt import TarDamage
+
+__all__ = [
+    "MAX_MEMBER",
+    "Pending",
+    "append_member",
+    "append_members",
+    "append_pending",
+    "check_name",
+]
+
+#: Default largest member (``--max-member``): beyond it a member is refused.
+MAX_MEMBER: Final = 4 << 30
+#: Provenance recorded per member, in the index and in its PAX comment.
+PROVENANCE: Final = ("time", "host", "job", "task")
+
+Data = Union[bytes, bytearray, memoryview]
+
+
+class Pending(NamedTuple):
+    """A member about to be appended, with the attributes its header gets."""
+
+    name: str
+    data: bytes
+    mode: int = 0o644
+    mtime: int | None = None  #: None: the time of the append
+    uid: int | None = None  #: None: this process's
+    gid: int | None = None
+    provenance: Mapping[str, str] | None = None  #: None: this task's (time, host, job, task)
+
+
+#: Per process: what each archive's index held at our last look (see IndexCache).
+_caches: dict[str, tuple[int, IndexCache]] = {}
+
+
+def _cache(path: str) -> IndexCache:
+    pid = os.getpid()
+    got = _caches.get(path)
+    if got is None or got[0] != pid:  # a forked child starts afresh
+        got = _caches[path] = (pid, IndexCache())
+    return got[1]
+
+
+def check_name(name: str) -> str:
+    """``name`` if tar can store and extract it safely; RecordError says what is wrong."""
+    if not isinstance(name, str):
+        raise RecordError(f"a member name must be a str, not {type(name).__name__}")
+    why = None
+    if not name:
+        why = "it is empty"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        why = "it contains a control character (a newline, tab or NUL)"
+    elif name.startswith("/"):
+        why = "it is absolute; tar would strip the '/' on extraction"
+    elif name.endswith("/"):
+        why = "it ends in '/', which names a directory"
+    elif any(part in ("", ".", "..") for part in name.split("/")):
+        why = "it has an empty, '.' or '..' component"
+    if why:
+        raise RecordError(f"member name {name!r} refused: {why}")
+    return name
+
+
+@functools.lru_cache(maxsize=64)
+def _names(uid: int, gid: int) -> tuple[str, str]:
+    """User and group names for the header (each lookup reads /etc/passwd: cached)."""
+    import grp
+    import pwd
+
+    try:
+        uname = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        uname = ""
+    try:
+        gname = grp.getgrgid(gid).gr_name
+    except KeyError:
+        gname = ""
+    return uname, gname
+
+
+@functools.lru_cache(maxsize=1)
+def _origin(pid: int) -> tuple[str, ...]:
+    # host, job and task do not change within a process (the pid keys a forked child)
+    return tuple(stamp_values(PROVENANCE[1:]))
+
+
+def _provenance() -> dict[str, str]:
+    return dict(zip(PROVENANCE, (utc_now(), *_origin(os.getpid()))))
+
+
+def _build(items: list[Pending], max_member: int) -> tuple[bytes, list[Row]]:
+    """The bytes of all members and their index rows (offsets relative to the block)."""
+    seen: set[str] = set()
+    for it in items:
+        check_name(it.name)
+        if it.name in seen:
+            raise RecordError(f"member name {it.name!r} is given twice in one append")
+        seen.add(it.name)
+        if not isinstance(it.data, (bytes, bytearray, memoryview)):
+            kind = type(it.data).__name__
+            raise RecordError(f"member {it.name!r}: data must be bytes, not {kind}")
+        if len(it.data) > max_member:
+            raise RecordError(
+                f"member {it.name!r} has {len(it.data)} bytes, over the limit of {max_member}; "
+                "raise --max-member if it belongs in the archive"
+            )
+    own = _provenance()
+    now = int(time.time())
+    pieces: list[bytes] = []
+    rows: list[Row] = []
+    pos = 0
+    for it in items:
+        data = bytes(it.data)
+        digest = hashlib.sha256(data).hexdigest()
+        prov = dict(own if it.provenance is None else it.provenance)
+        uid = os.getuid() if it.uid is None else it.uid
+        gid = os.getgid() if it.gid is None else it.gid
+        uname, gname = _names(uid, gid)
+        comment = tarfmt.make_comment({"sha256": digest, **prov})
+        blob = tarfmt.build_member(
+            it.name,
+            data,
+            mtime=now if it.mtime is None else it.mtime,
+            mode=it.mode,
+            uid=uid,
+            gid=gid,
+            uname=uname,
+            gname=gname,
+            comment=comment,
+        )
+        rows.append(Row(pos, len(data), it.name, digest, *(prov.get(k, "") for k in PROVENANCE)))
+        pieces.append(blob)
+        pos += len(blob)
+    return b"".join(pieces), rows
+
+
+def append_member(path: str | os.PathLike[str], name: str, data: Data, **options: object) -> Row:
+    """Append one member; its index row. Options as for :func:`append_members`."""
+    return append_members(path, [(name, data)], **options)[0]  # type: ignore[arg-type]
+
+
+def append_members(
+    path: str | os.PathLike[str],
+    members: Mapping[str, Data] | Iterable[tuple[str, Data] | Pending],
+    *,
+    replace: bool = False,
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+    max_member: int = MAX_MEMBER,
+    seal: bool = False,
+) -> list[Row]:
+    """Append members (name -> bytes) to the tar at ``path``, adjacent, under one lock hold.
+
+    Returns their index rows. Raises :class:`RecordError` (nothing appended) for a bad name,
+    a name already in the archive (unless ``replace``: tar extracts the last member of a
+    name), or a member over ``max_member`` bytes. On a lock timeout or a failed write the
+    members are saved to a spill tar and :class:`LockTimeout` / :class:`LockError` /
+    :class:`WriteError` is raised with its ``spill_path``. ``seal`` ends the archive with
+    the two zero blocks of a finished tar, for export; the next append removes them.
+    """
+    raw = members.items() if isinstance(members, Mapping) else members
+    items = [m if isinstance(m, Pending) else Pending(m[0], m[1]) for m in raw]
+    return append_pending(
+        path,
+        items,
+        replace=replace,
+        lock=lock,
+        sync=sync,
+        timeout=timeout,
+        max_member=max_member,
+        seal=seal,
+    )
+
+
+def append_pending(
+    path: str | os.PathLike[str],
+    items: list[Pending],
+    *,
+    replace: bool = False,
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+    max_member: int = MAX_MEMBER,
+    seal: bool = False,
+    spill: bool = True,
+) -> list[Row]:
+    """:func:`append_members` for members with their own attributes; ``spill=False`` raises
+    without saving them (for :func:`.recover.recover_archive`, whose spill file has them)."""
+    path = os.fspath(path)
+    if sync not in ("auto", "fsync", "none"):
+        raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
+    if timeout < 0:
+        raise UsageError(f"--timeout must not be negative, not {timeout!r}")
+    if not items:
+        return []
+    blob, rows = _build(items, max_member)
+    locker = Locker(lock, path)
+    remote = wants_fsync(path)  # a network or FUSE filesystem
+    fsync = sync == "fsync" or (sync == "auto" and remote)
+    try:
+        return _append_locked(path, blob, rows, locker, timeout, fsync, remote, replace, seal)
+    except (LockError, WriteError) as e:  # LockTimeout is a LockError
+        if spill:
+            _save(path, e, blob)
+        raise
+    except RecordError:
+        raise
+    except OSError as e:
+        err = WriteError(f"cannot append to {path}: {e.strerror or e}", path=path, errno=e.errno)
+        if spill:
+            _save(path, err, blob)
+        raise err from e
+
+
+def _save(path: str, e: ZotsinkError, blob: bytes) -> None:
+    mode = sidefiles.side_mode(path) if os.path.exists(path) else 0o600
+    e.spill_path = sidefiles.spill(path, blob, mode=mode)
+    e.message += (
+        f"; the members were saved to the spill tar {e.spill_path}: "
+        f"`zotsink recover {path}` appends them"
+    )
+
+
+def _open_index(path: str, mode: int) -> int:
+    return os.open(
+        index_path(path),
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        mode,
+    )
+
+
+def _append_locked(
+    path: str,
+    blob: bytes,
+    rows: list[Row],
+    locker: Locker,
+    timeout: float,
+    fsync: bool,
+    remote: bool,
+    replace: bool,
+    seal: bool,
+) -> list[Row]:
+    cache = _cache(path)
+    with locked_archive(path, locker, timeout) as fd:
+        mode = os.fstat(fd).st_mode & 0o666
+        idx_fd = _open_index(path, mode)
+        try:
+            try:
+                for attempt in range(3):
+                    try:
+                        settled = settle(
+                            fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync, coherent=remote
+                        )
+                        break
+                    except OSError as e:
+                        # another client replaced the index (a rebuild): follow its name
+                        if e.errno != errno.ESTALE or attempt == 2:
+                            raise
+                        with contextlib.suppress(OSError):
+                            os.close(idx_fd)
+                        idx_fd = -1
+                        cache.__init__()  # type: ignore[misc]
+                        time.sleep(0.02)  # the client's cache needs a moment to let go
+                        idx_fd = _open_index(path, mode)
+            except TarDamage as e:
+                raise WriteError(
+                    f"{path} is damaged at {e} and zotsink cuts only the torn tail of a killed "
+                    f"writer; nothing was appended: run `zotsink verify {path}`",
+                    path=path,
+                    errno=errno.EIO,
+                ) from e
+            if settled.rebuilt:
+                os.close(idx_fd)
+                idx_fd = -1
+                idx_fd = _open_index(path, mode)
+                cache.refresh(idx_fd, remote)
+            for note in settled.notes(path):
+                warnings.warn(note, ZotsinkWarning, stacklevel=4)
+            if not replace:
+                _refuse_existing(path, rows, cache)
+            base = settled.end
+            placed = [r._replace(offset=base + r.offset) for r in rows]
+            try:
+                write_all(fd, blob)
+                if fsync:
+                    os.fsync(fd)
+            except OSError as e:
+                _cut(fd, base)
+                raise WriteError(
+                    f"cannot append to {path}: {e.strerror or e}", path=path, errno=e.errno
+                ) from e
+            # The commit: the members are whole (and durable per the policy) before their rows.
+            lines = (HEADER if cache.consumed == 0 else b"") + format_rows(placed)
+            try:
+                write_all(idx_fd, lines)
+                if fsync:
+                    os.fsync(idx_fd)
+            except OSError as e:
+                _cut(idx_fd, cache.consumed)
+                _cut(fd, base)
+                raise WriteError(
+                    f"cannot append to {index_path(path)}: {e.strerror or e}",
+                    path=path,
+                    errno=e.errno,
+                ) from e
+            cache.add(placed, cache.consumed + len(lines))
+            st = os.fstat(fd)
+            cache.archive_end = (st.st_dev, st.st_ino, base + len(blob))
+            if seal:
+                _seal(fd, fsync)
+            return placed
+        finally:
+            if idx_fd >= 0:
+                with contextlib.suppress(OSError):  # ESTALE: replaced by another client
+                    os.close(idx_fd)
+
+
+def _refuse_existing(path: str, rows: list[Row], cache: IndexCache) -> None:
+    for r in rows:
+        at = cache.names.get(r.name)
+        if at is None:
+            continue
+        old = cache.rows[at]
+        where = ", ".join(
+            f"{k} {v}" for k, v in (("host", old.host), ("job", old.job), ("task", old.task)) if v
+        )
+        raise RecordError(
+            f"{path} already has a member named {r.name!r} (offset {old.offset}, appended "
+            f"{old.time or 'at an unknown time'}{' by ' + where if where else ''}); nothing was "
+            "appended: give another name or --prefix, or --replace to add a newer one "
+            "(tar extracts the last member of a name)",
+            path=path,
+        )
+
+
+def _seal(fd: int, fsync: bool) -> None:
+    # Two zero blocks: the end-of-archive marker for tools that want a finished tar. Not
+    # part of any member; the next writer strips them under the lock.
+    write_all(fd, bytes(2 * tarfmt.BLOCK))
+    if fsync:
+        os.fsync(fd)
+
+
+def _cut(fd: int, size: int) -> None:
+    # We hold the lock, so ``size`` is exact: nothing partial stays behind.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)

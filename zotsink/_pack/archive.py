@@ -1,0 +1,209 @@
+"""Bringing an archive and its index into agreement, under the archive's lock.
+
+Both the writer (before every append) and ``verify --repair`` use :func:`settle`:
+
+* the last indexed member is checked against the header at its offset; an index that is
+  missing, empty while the archive is not, or that does not match (a foreign or stale
+  index) is rebuilt from the archive's headers;
+* members after the last indexed one that are whole, with data matching the sha256 in
+  their PAX comment, are adopted (a writer died after writing them, before its index row);
+* whatever follows them (a torn member of a killed writer, or the zero blocks of a sealed
+  archive) is cut off with ``ftruncate``, so the next member starts on the grid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from typing import NamedTuple
+
+from .._core.fileio import fresh_stat, fsync_dir, write_all
+from . import tarfmt
+from .index import HEADER, IndexCache, Row, format_rows, index_path
+from .tarfmt import Member, Reader, TarDamage
+
+__all__ = ["SaveCut", "Settled", "member_row", "rewrite_index", "settle", "sha256_of"]
+
+
+def sha256_of(read: Reader, offset: int, size: int) -> str:
+    h = hashlib.sha256()
+    pos, end = offset, offset + size
+    while pos < end:
+        chunk = read(pos, min(1 << 20, end - pos))
+        if not chunk:
+            break
+        h.update(chunk)
+        pos += len(chunk)
+    return h.hexdigest()
+
+
+def member_row(read: Reader, m: Member, *, strict: bool = True, digest: str = "") -> Row:
+    """The index row of a member found in the archive.
+
+    The sha256 is the one pack recorded in the member's PAX comment, else computed from the
+    data; provenance comes from the comment too (empty for members another tool wrote).
+    Data that does not match its recorded sha256 raises TarDamage, unless not ``strict``
+    (``verify`` reports it, and a rebuilt index keeps the sha256 the data should have).
+    ``digest``: the data's sha256 when the caller has it already.
+    """
+    digest = digest or sha256_of(read, m.data_offset, m.size)
+    fields = tarfmt.parse_comment(m.pax.get("comment"))
+    recorded = fields.get("sha256", digest)
+    if strict and recorded != digest:
+        raise TarDamage(m.offset, f"the data of {m.name!r} does not match its recorded sha256")
+    return Row(
+        m.offset,
+        m.size,
+        m.name,
+        recorded,
+        fields.get("time", ""),
+        fields.get("host", ""),
+        fields.get("job", ""),
+        fields.get("task", ""),
+    )
+
+
+class Settled(NamedTuple):
+    """What :func:`settle` found and did."""
+
+    end: int  #: the archive's size afterwards: the end of its last whole member
+    cut: int  #: bytes cut off the end
+    damage: TarDamage | None  #: why they were cut (None: zero blocks of a sealed archive)
+    adopted: int  #: whole members that had no index row and got one
+    rebuilt: bool  #: the index was rebuilt from the archive
+    torn_index: int  #: bytes of a torn last index row that were cut
+
+    def notes(self, path: str) -> list[str]:
+        """Lines for the user about anything that was not plain sailing."""
+        out: list[str] = []
+        if self.rebuilt:
+            out.append(f"{index_path(path)} was missing or did not match; rebuilt from the archive")
+        if self.torn_index:
+            out.append(f"{index_path(path)}: cut a torn last row ({self.torn_index} bytes)")
+        if self.adopted:
+            out.append(
+                f"{path}: indexed {self.adopted} whole member(s) that a writer killed before "
+                "its index row had written"
+            )
+        if self.cut and self.damage is not None:
+            why = "a writer died mid-append" if self.damage.tail else "not a tar member"
+            out.append(
+                f"{path}: cut {self.cut} bytes at offset {self.end} ({why}: {self.damage.why})"
+            )
+        return out
+
+
+def _verified_end(read: Reader, size: int, last: Row) -> int | None:
+    """End of the last indexed member when the archive has it at its offset, else None."""
+    if last.offset + 512 > size:
+        return None
+    try:
+        m = tarfmt.member_at(read, last.offset, size)
+    except TarDamage:
+        return None
+    if m is None or m.name != last.name or m.size != last.size:
+        return None
+    recorded = tarfmt.parse_comment(m.pax.get("comment")).get("sha256")
+    if recorded is not None and recorded != last.sha256:
+        return None
+    return m.end
+
+
+#: Saves the bytes from an offset to the end of the archive before they are cut.
+SaveCut = Callable[[int], None]
+
+
+def settle(
+    fd: int,
+    idx_fd: int,
+    cache: IndexCache,
+    *,
+    archive: str,
+    mode: int,
+    fsync: bool,
+    coherent: bool = False,
+    save_cut: SaveCut | None = None,
+) -> Settled:
+    """Make the archive (open as ``fd``) end with its last whole member, all of them indexed.
+
+    The caller holds the archive's exclusive lock. The index open as ``idx_fd`` is appended
+    to or, when it must be rebuilt, replaced (``cache`` follows either way). ``coherent``:
+    sizes come from the server (network and FUSE filesystems; see :func:`.locked.fresh_stat`).
+
+    A torn member at the end (``TarDamage.tail``) and zero blocks are cut. Other damage
+    after the last indexed member is cut only through ``save_cut``, which keeps those bytes
+    first (``verify --repair``); without it, and for damage before the last indexed member,
+    :class:`TarDamage` is raised and nothing is changed.
+    """
+    idx_size = cache.refresh(idx_fd, coherent)
+    torn_index = idx_size - cache.consumed
+    dev, ino, size = fresh_stat(fd, coherent)
+    if not torn_index and cache.archive_end == (dev, ino, size):
+        return Settled(size, 0, None, 0, False, 0)
+    read = tarfmt.file_reader(fd)
+    start = _verified_end(read, size, cache.rows[-1]) if cache.rows else None
+    rebuild = start is None and (size > 0 or bool(cache.rows) or torn_index > 0)
+    if start is None:
+        start = 0
+    if start == size and not rebuild and not torn_index:
+        return Settled(size, 0, None, 0, False, 0)
+    found: list[Row] = []
+    end = start
+    damage: TarDamage | None = None
+    try:
+        for m in tarfmt.walk(read, start, size):
+            found.append(member_row(read, m))
+            end = m.end
+    except TarDamage as e:
+        damage = e
+        if e.tail and rebuild and coherent and save_cut is None:
+            # The index did not match, on a filesystem whose clients may see stale sizes:
+            # this view of the end is not trusted enough to cut anything.
+            raise TarDamage(
+                e.offset, f"{e.why}; the index did not match, so a writer does not cut it here"
+            ) from e
+        if not e.tail:
+            if save_cut is None or (rebuild and cache.rows):
+                raise
+            save_cut(end)
+    if torn_index and not rebuild:
+        # A writer was killed mid-row: that row commits nothing; its member, if whole,
+        # is among ``found`` and gets a whole row now.
+        os.ftruncate(idx_fd, cache.consumed)
+    if rebuild:
+        rewrite_index(archive, found, mode=mode, fsync=fsync)
+        # ``idx_fd`` still names the old index: the caller reopens it (see Settled.rebuilt).
+        cache.__init__()  # type: ignore[misc]
+    elif found:
+        data = format_rows(found)
+        if cache.consumed == 0:
+            data = HEADER + data
+        write_all(idx_fd, data)
+        if fsync:
+            os.fsync(idx_fd)
+        cache.add(found, cache.consumed + len(data))
+    cut = size - end
+    if cut:
+        os.ftruncate(fd, end)
+        if fsync:
+            os.fsync(fd)
+    return Settled(end, cut, damage, 0 if rebuild else len(found), rebuild, torn_index)
+
+
+def rewrite_index(archive: str, rows: list[Row], *, mode: int, fsync: bool) -> None:
+    """Replace the index with ``rows``: a new file beside it, fsynced, renamed over it."""
+    path = index_path(archive)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        write_all(fd, HEADER + format_rows(rows))
+        os.fsync(fd)  # always: a rename over the old index must never leave an empty one
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))

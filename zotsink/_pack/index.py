@@ -1,0 +1,189 @@
+"""``ARCHIVE.tar.idx``: one TSV row per committed member, the archive's commit log.
+
+Columns: ``offset`` (where the member's first header starts), ``size`` (its data bytes),
+``name``, ``sha256`` (of its data), ``time`` (UTC, when it was appended), ``host``, ``job``,
+``task``. The first line names them. Fields are escaped as in tsv records (``\\\\``, ``\\t``,
+``\\n``, ``\\r``). A row is appended under the archive's lock only after the member's data
+was written (and fsynced, per the sync policy), so a row means the member is whole.
+
+The index is an accelerator, never the only truth: every field but the provenance is in
+the archive's own headers, and pack also records sha256 and provenance in each member's
+PAX ``comment``, so a lost or stale index is rebuilt from the archive alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from .._core.fileio import fresh_stat
+
+__all__ = [
+    "COLUMNS",
+    "HEADER",
+    "IndexCache",
+    "Row",
+    "format_rows",
+    "index_path",
+    "is_pack_archive",
+    "parse_index",
+]
+
+COLUMNS: Final = ("offset", "size", "name", "sha256", "time", "host", "job", "task")
+HEADER: Final = ("\t".join(COLUMNS) + "\n").encode()
+_ESCAPES: Final = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_UNESCAPES: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+
+
+def index_path(archive: str) -> str:
+    return archive + ".idx"
+
+
+def is_pack_archive(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is (or is to be) a pack archive: a ``.tar`` name, or an index beside it.
+
+    For commands that take either a record file or an archive (verify, cat, recover).
+    """
+    path = os.fspath(path)
+    return path.endswith(".tar") or os.path.isfile(index_path(path))
+
+
+class Row(NamedTuple):
+    offset: int
+    size: int
+    name: str
+    sha256: str
+    time: str = ""
+    host: str = ""
+    job: str = ""
+    task: str = ""
+
+
+def _escape(value: str) -> str:
+    if not any(c in value for c in _ESCAPES):
+        return value
+    return "".join(_ESCAPES.get(c, c) for c in value)
+
+
+def _unescape(value: str) -> str:
+    if "\\" not in value:
+        return value
+    out: list[str] = []
+    it = iter(value)
+    for c in it:
+        out.append(_UNESCAPES.get(next(it, ""), "\\") if c == "\\" else c)
+    return "".join(out)
+
+
+def format_rows(rows: Iterable[Row]) -> bytes:
+    return "".join(
+        "\t".join((str(r.offset), str(r.size), *(_escape(v) for v in r[2:]))) + "\n" for r in rows
+    ).encode("utf-8", "surrogateescape")
+
+
+def parse_row(line: bytes) -> Row:
+    """One row (without its newline); ValueError when it is not a well-formed row."""
+    fields = line.decode("utf-8", "surrogateescape").split("\t")
+    if len(fields) != len(COLUMNS):
+        raise ValueError(f"{len(fields)} fields, not {len(COLUMNS)}")
+    offset, size = int(fields[0]), int(fields[1])
+    if offset < 0 or size < 0 or offset % 512:
+        raise ValueError("offset or size out of range")
+    return Row(offset, size, *(_unescape(f) for f in fields[2:]))
+
+
+def parse_index(data: bytes, start: int = 0) -> tuple[list[Row], list[str], int]:
+    """Rows of index bytes (from byte ``start`` of the file); problems; end of the last line.
+
+    A final line without its newline is a row a writer was killed while appending: it is
+    not counted (its member is not committed) and is reported as a problem.
+    """
+    rows: list[Row] = []
+    problems: list[str] = []
+    pos = 0
+    complete = data.rfind(b"\n") + 1
+    for line in data[:complete].split(b"\n")[:-1]:
+        at = start + pos
+        pos += len(line) + 1
+        if at == 0 and line + b"\n" == HEADER:
+            continue
+        try:
+            rows.append(parse_row(line))
+        except ValueError as e:
+            problems.append(f"index line at byte {at}: not a row ({e})")
+    if complete < len(data):
+        problems.append(
+            f"index ends in a torn row at byte {start + complete} "
+            f"({len(data) - complete} bytes without a newline)"
+        )
+    return rows, problems, start + complete
+
+
+class IndexCache:
+    """What one process knows of an index, read incrementally under the archive's lock.
+
+    Each append reads only the rows added since its last look (the index grows at the end
+    only, always under the lock), unless the index file was replaced or shrank.
+    """
+
+    def __init__(self) -> None:
+        self.ident: tuple[int, int] | None = None
+        self.consumed = 0  # bytes of the file parsed, always the end of a whole line
+        self.rows: list[Row] = []
+        self.names: dict[str, int] = {}  # name -> position in rows of its last row
+        self.problems: list[str] = []
+        #: (device, inode, size) of the archive as this process left it: when it is still
+        #: so, nobody wrote since, and the last member need not be checked again
+        self.archive_end: tuple[int, int, int] | None = None
+
+    def refresh(self, fd: int, coherent: bool = False) -> int:
+        """Read what was added to the index open as ``fd``; its size in bytes.
+
+        ``coherent``: ask the server for the size (see :func:`.locked.fresh_stat`).
+        """
+        dev, ino, size = fresh_stat(fd, coherent)
+        ident = (dev, ino)
+        if ident != self.ident or size < self.consumed:
+            self.__init__()  # type: ignore[misc]
+            self.ident = ident
+        if size > self.consumed:
+            data = _pread_all(fd, self.consumed, size - self.consumed)
+            rows, problems, end = parse_index(data, self.consumed)
+            base = len(self.rows)
+            self.rows.extend(rows)
+            for i, r in enumerate(rows, base):
+                self.names[r.name] = i
+            self.problems.extend(problems)
+            self.consumed = end
+        return size
+
+    def add(self, rows: Iterable[Row], new_end: int) -> None:
+        """Note rows this process appended itself, ending the file at ``new_end``."""
+        for r in rows:
+            self.names[r.name] = len(self.rows)
+            self.rows.append(r)
+        self.consumed = new_end
+
+
+def _pread_all(fd: int, offset: int, length: int) -> bytes:
+    chunks: list[bytes] = []
+    while length > 0:
+        chunk = os.pread(fd, min(length, 1 << 24), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        length -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_index(path: str) -> tuple[list[Row], list[str]]:
+    """All rows of an index file and its problems; ([], []) when there is none."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return [], []
+    rows, problems, _ = parse_index(data)
+    return rows, problems

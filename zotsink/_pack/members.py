@@ -1,0 +1,99 @@
+"""Reading members back: ``zotsink cat ARCHIVE.tar NAME`` and ``zotsink cat ARCHIVE.tar --list``.
+
+Both go through the index: a member is found by its row and read with one ``pread`` at its
+offset, with no scan of the archive. Only committed members have rows, and they are whole
+and never rewritten, so reading needs no lock. Without an index the archive is walked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+
+from ..errors import InputError, ZotsinkWarning
+from . import tarfmt
+from .archive import member_row
+from .index import COLUMNS, Row, format_rows, index_path, read_index
+from .tarfmt import TarDamage
+
+__all__ = ["format_listing", "list_members", "read_member"]
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}", path=path) from e
+
+
+def list_members(path: str | os.PathLike[str]) -> list[Row]:
+    """The index rows of the archive's members, in archive order.
+
+    Without an index the headers are walked (with a warning: ``zotsink verify --repair``
+    rebuilds it); a torn tail then ends the list.
+    """
+    path = os.fspath(path)
+    fd = _open(path)
+    try:
+        if os.path.exists(index_path(path)):
+            return read_index(index_path(path))[0]
+        warnings.warn(
+            f"{index_path(path)} is missing; walking the archive instead "
+            "(`zotsink verify --repair` rebuilds the index)",
+            ZotsinkWarning,
+            stacklevel=2,
+        )
+        read = tarfmt.file_reader(fd)
+        rows: list[Row] = []
+        try:
+            for m in tarfmt.walk(read, 0, os.fstat(fd).st_size):
+                rows.append(member_row(read, m))
+        except TarDamage:
+            pass  # the list ends at the damage; verify says where and why
+        return rows
+    finally:
+        os.close(fd)
+
+
+def format_listing(rows: list[Row]) -> bytes:
+    """The rows as TSV with the index's header line."""
+    return ("\t".join(COLUMNS) + "\n").encode() + format_rows(rows)
+
+
+def read_member(path: str | os.PathLike[str], name: str) -> bytes:
+    """The data of the member called ``name`` (the last one, when there are several, as tar
+    extracts it), found through the index and checked against its sha256."""
+    path = os.fspath(path)
+    rows = list_members(path)
+    row = next((r for r in reversed(rows) if r.name == name), None)
+    if row is None:
+        raise InputError(
+            f"{path} has no member named {name!r}: `zotsink cat {path} --list` lists them",
+            path=path,
+        )
+    fd = _open(path)
+    try:
+        read = tarfmt.file_reader(fd)
+        try:
+            m = tarfmt.member_at(read, row.offset, os.fstat(fd).st_size)
+        except TarDamage as e:
+            m, why = None, str(e)
+        else:
+            why = "another member is there" if m is not None else "the archive ends there"
+        if m is None or (m.name, m.size) != (row.name, row.size):
+            raise InputError(
+                f"{path}: the index points {name!r} at offset {row.offset}, but {why}: "
+                f"run `zotsink verify {path}`",
+                path=path,
+            )
+        data = read(m.data_offset, m.size)
+        if hashlib.sha256(data).hexdigest() != row.sha256:
+            raise InputError(
+                f"{path}: the data of {name!r} at offset {row.offset} does not match its "
+                f"sha256: run `zotsink verify {path}`",
+                path=path,
+            )
+        return data
+    finally:
+        os.close(fd)
