@@ -6,15 +6,24 @@ import sys
 
 import click
 
-from ._common import CONTEXT, lock_options, run_api, stdout_closed
+from ._common import CONTEXT, lock_options, run_api, say, stdout_closed
 
 
 @click.command("cat", context_settings=CONTEXT)
 @click.argument("out", type=click.Path())
 @click.argument("member", required=False)
 @click.option("--list", "listing", is_flag=True, help="ARCHIVE.tar: list its members as TSV.")
+@click.option(
+    "-o",
+    "--output",
+    "dest",
+    type=click.Path(dir_okay=False),
+    help="Write the snapshot as DEST.jsonl or DEST.parquet (typed columns) instead.",
+)
 @lock_options
-def cat_cmd(out: str, member: str | None, listing: bool, lock: str, timeout: float) -> None:
+def cat_cmd(
+    out: str, member: str | None, listing: bool, dest: str | None, lock: str, timeout: float
+) -> None:
     """Print a consistent copy of OUT: never a half-written batch.
 
     \b
@@ -23,6 +32,12 @@ def cat_cmd(out: str, member: str | None, listing: bool, lock: str, timeout: flo
     """
     from .._read import iter_snapshot, snapshot
 
+    if dest is not None:
+        from .._collect.export import export
+
+        n = run_api(lambda: export(out, dest, lock=lock, timeout=timeout))
+        say(f"wrote {n} rows to {dest}")
+        return
     if member is not None or listing:
         from .._pack.members import format_listing, list_members, read_member
 
