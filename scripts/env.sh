@@ -1,8 +1,10 @@
 # Sourced by scripts/test and scripts/demo: make .venv with zotsink and its test extra.
 # Idempotent; re-installs only when pyproject.toml is newer than the last install.
+# PYTHON picks the interpreter and ZOTSINK_VENV the directory (scripts/test-pythons makes
+# one .venv-3.X per Python that way).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=$ROOT/.venv
+VENV=${ZOTSINK_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "zotsink: creating $VENV" >&2

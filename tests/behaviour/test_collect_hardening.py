@@ -140,11 +140,26 @@ def test_the_same_keyed_collect_twice_adds_no_row_and_keeps_out(tmp_path: Path) 
 
 
 # -- big files and archive members --------------------------------------------------------
+# Starts argv and prints its exit code and peak RSS (KiB). Linux counts into a process's
+# ru_maxrss the memory of the process it was forked from, up to its exec: started straight
+# from a pytest worker that has grown (pandas, pyarrow in earlier tests), zotsink would be
+# charged with the worker's size. This small launcher is what zotsink is forked from.
+_LAUNCH = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+    "_pid, status, ru = os.wait4(p.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), ru.ru_maxrss)\n"
+)
+
+
 def _peak_rss_mb(argv: list[str], cwd: Path) -> tuple[int, float, bytes]:
     with open(cwd / "stderr.txt", "wb") as err:
-        p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
-        _pid, status, ru = os.wait4(p.pid, 0)
-    return os.waitstatus_to_exitcode(status), ru.ru_maxrss / 1024, (cwd / "stderr.txt").read_bytes()
+        out = subprocess.run(
+            [sys.executable, "-c", _LAUNCH, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=err,
+            check=True,
+        )  # fmt: skip
+    code, maxrss_kib = out.stdout.split()
+    return int(code), int(maxrss_kib) / 1024, (cwd / "stderr.txt").read_bytes()
 
 
 class _Zeros(io.RawIOBase):

@@ -18,9 +18,20 @@ import time
 import warnings
 from pathlib import Path
 
+import filelock
 import pytest
 
 from zotsink import ZotsinkWarning, append_record
+
+#: filelock before 3.22 (3.19 is the last for Python 3.9) writes an empty marker and never
+#: breaks a stale one, and the lockfile kind inherits that: a marker left by a killed writer
+#: makes every later writer time out and spill. A known defect, strict so that the fix shows.
+_OWNERLESS = tuple(int(p) for p in filelock.__version__.split(".")[:2]) < (3, 22)
+needs_owner_markers = pytest.mark.xfail(
+    _OWNERLESS,
+    reason=f"filelock {filelock.__version__} < 3.22 keeps no owner in its marker",
+    strict=True,
+)
 
 # Takes the lockfile lock on argv[1] the way zotsink does, says so, then waits to be killed.
 MARKER_OWNER = r"""
@@ -33,6 +44,7 @@ time.sleep(600)
 """
 
 
+@needs_owner_markers
 def test_marker_of_a_dead_process_on_this_host_is_broken(
     tmp_path: Path, zotsink, child_env, reap
 ) -> None:
@@ -66,6 +78,7 @@ def foreign_marker(path: Path, age: float) -> None:
     os.utime(path, (t, t))
 
 
+@needs_owner_markers
 def test_marker_from_another_host_is_respected_until_its_lease_expires(
     tmp_path: Path, zotsink
 ) -> None:
@@ -92,6 +105,7 @@ def test_marker_from_another_host_is_respected_until_its_lease_expires(
     assert out.read_bytes() == b"rec2\nrec\n"
 
 
+@needs_owner_markers
 def test_lease_expiry_lets_a_waiting_writer_in(tmp_path: Path, zotsink) -> None:
     """A writer already waiting takes over once the foreign marker outlives the lease."""
     out = tmp_path / "out.txt"

@@ -12,9 +12,12 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import click
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 from ._common import EXIT_INTERNAL, exit_code, fail, show_warning, state
 
@@ -51,10 +54,23 @@ class _LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        # the shorthand ``zotsink [OPTIONS] OUT`` completes too: append's options before
+        # OUT, and a file name beside the command names in OUT's place
+        from click.shell_completion import CompletionItem
+
+        items = super().shell_complete(ctx, incomplete)
+        append = self.get_command(ctx, "append")
+        if incomplete.startswith("-") and append is not None:
+            return items + append.shell_complete(ctx, incomplete)
+        # the file first: bash's completion script empties its list on a file entry
+        return [CompletionItem(incomplete, type="file"), *items]
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         # ``zotsink OUT`` and ``zotsink --stamp OUT`` mean ``zotsink append ...``.
         if args and args[0] not in COMMANDS and args[0] not in ("-h", "--help", "--version"):
-            _refuse_typo(args[0])
+            if not ctx.resilient_parsing:  # completing: no error in mid-line
+                _refuse_typo(args[0])
             args = ["append", *args]
         return super().parse_args(ctx, args)
 
