@@ -138,7 +138,13 @@ def _forget_targets() -> None:
     _targets.clear()
 
 
-os.register_at_fork(after_in_child=_forget_targets)
+def _mark_forked() -> None:
+    _forget_targets()
+    for s in list(_live_sinks):
+        s._forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
 
 
 def _target(
@@ -262,8 +268,9 @@ class Sink:
         self._strs: list[str] = []  # ASCII str records checked by the fast path, not encoded
         self._strs_size = 0
         self._tabs = self._fast_tabs()
-        self._mutex = threading.RLock()
-        self._pid = os.getpid()
+        self._strs_since = 0.0  # when the first of _strs was written
+        self._mutex = threading.Lock()
+        self._forked = False  # set in a child made by os.fork(): see _mark_forked
         self.records_written = 0
         self.closed = False
         _live_sinks.add(self)
@@ -291,9 +298,10 @@ class Sink:
         with self._mutex:
             if self.closed:
                 raise ValueError(f"write to a closed Sink for {self.path}")
-            if self._pid != os.getpid():
+            if self._forked:
                 self._forget_parents_batch()
             tabs = self._tabs
+            now = time.monotonic()
             if (
                 type(record) is str
                 and tabs != _NO_FAST
@@ -303,58 +311,58 @@ class Sink:
                 # A plain ASCII line that passes the valid-line check encodes to itself:
                 # encoding waits for the batch, one join and one encode for all.
                 # Measured: 1.25 -> 0.45 µs per write.
+                if not self._strs:
+                    self._strs_since = now
                 self._strs.append(record)
                 self._strs_size += len(record) + 1
-                due = self._batch.add(b"", 0) or self._strs_size + self._batch.size >= (
-                    self._batch.max_bytes
-                )
             else:
                 data, _ = self._target.encode((record,))
                 self._settle()
-                due = self._batch.add(data, 1)
+                self._batch.add(data, 1, now)
                 self._tabs = self._fast_tabs()  # a first mapping record may have set columns
-            if due or self._old_strs_due():
-                self.flush()
-
-    def _old_strs_due(self) -> bool:
-        if not self._strs:
-            return False
-        if not self._batch:
-            self._settle()  # starts the batch's clock at the first fast-path record
-        return self._batch.due()
+            batch = self._batch
+            if self._strs_size + batch.size >= batch.max_bytes or (
+                now - min(batch.oldest, self._strs_since if self._strs else now) >= batch.max_age
+            ):
+                self._flush_locked()
 
     def _settle(self) -> None:
-        """Encode the fast path's lines, keeping their place before any later record."""
+        """Encode the fast path's lines into the batch, keeping their place before any
+        later record (and the age of the oldest of them)."""
         if self._strs:
-            self._batch.add(("\n".join(self._strs) + "\n").encode("ascii"), len(self._strs))
+            data = ("\n".join(self._strs) + "\n").encode("ascii")
+            self._batch.add(data, len(self._strs), min(self._strs_since, self._batch.oldest))
             self._strs = []
             self._strs_size = 0
 
     def flush(self) -> None:
         """Append the buffered records now."""
         with self._mutex:
-            if self._pid != os.getpid():
-                self._forget_parents_batch()
-            self._settle()
-            if not self._batch:
-                return
-            data, n = self._batch.take()
-            try:
-                self._target.append(data)
-            except (KeyboardInterrupt, SystemExit):
-                # Raised by a signal handler, most likely while this batch waited for the
-                # lock: keep it, so that close() on the way out appends or spills it. Should
-                # the interrupt land after the write itself, the batch appears twice (verify
-                # shows the duplicates) rather than not at all.
-                self._batch.put_back(data, n)
-                raise
-            self.records_written += n
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._forked:
+            self._forget_parents_batch()
+        self._settle()
+        if not self._batch:
+            return
+        data, n = self._batch.take()
+        try:
+            self._target.append(data)
+        except (KeyboardInterrupt, SystemExit):
+            # Raised by a signal handler, most likely while this batch waited for the
+            # lock: keep it, so that close() on the way out appends or spills it. Should
+            # the interrupt land after the write itself, the batch appears twice (verify
+            # shows the duplicates) rather than not at all.
+            self._batch.put_back(data, n)
+            raise
+        self.records_written += n
 
     def _forget_parents_batch(self) -> None:
         # In a forked child: what is buffered was buffered by the parent, which writes it.
         self._batch.take()
         self._strs, self._strs_size = [], 0
-        self._pid = os.getpid()
+        self._forked = False
 
     def close(self) -> None:
         """Flush and release OUT."""
@@ -362,7 +370,7 @@ class Sink:
             if self.closed:
                 return
             try:
-                self.flush()
+                self._flush_locked()
             finally:
                 self.closed = True
                 self._target.writer.close()
@@ -384,7 +392,7 @@ _live_sinks: weakref.WeakSet[Sink] = weakref.WeakSet()
 @atexit.register
 def _flush_sinks_at_exit() -> None:
     for s in list(_live_sinks):
-        if s._pid != os.getpid():
+        if s._forked:
             continue  # a forked child's copy: the parent writes those records
         try:
             s.close()

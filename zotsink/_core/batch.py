@@ -41,13 +41,18 @@ class Batch:
     def size(self) -> int:
         return self._size
 
+    @property
+    def oldest(self) -> float:
+        """When the oldest record was added (``time.monotonic``); infinity when empty."""
+        return self._oldest if self._parts else float("inf")
+
     def add(self, data: bytes, count: int, now: float | None = None) -> bool:
         """Buffer ``count`` records encoded as ``data``; whether the batch is now due."""
         if not data:
             return self.due(now)
         if now is None:
             now = time.monotonic()
-        if not self._parts:
+        if not self._parts or now < self._oldest:
             self._oldest = now
         self._parts.append(data)
         self._size += len(data)
