@@ -16,11 +16,13 @@ import sys
 
 def stats(data: bytes) -> tuple[int, int, float]:
     """(min, max, mean) of the pixel bytes of a P6 image with maxval 255."""
-    fields = data.split(maxsplit=4)
-    if len(fields) < 5 or fields[0] != b"P6" or fields[3] != b"255":
+    # The header is four whitespace-separated fields and then exactly ONE whitespace
+    # byte: the pixels may start with bytes that look like whitespace themselves.
+    fields = data.split(maxsplit=3)
+    if len(fields) < 4 or fields[0] != b"P6" or not fields[3].startswith(b"255"):
         raise ValueError("not a binary PPM (P6) image with maxval 255")
     width, height = int(fields[1]), int(fields[2])
-    pixels = fields[4]
+    pixels = fields[3][4:]
     if len(pixels) != width * height * 3 or not pixels:
         raise ValueError(f"{len(pixels)} bytes of pixels for {width}x{height}")
     return min(pixels), max(pixels), sum(pixels) / len(pixels)

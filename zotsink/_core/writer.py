@@ -241,10 +241,13 @@ class Writer:
                 self._header_ok = ident
             # Torn tail: a writer died mid-line, or a foreign writer left no newline. Start
             # on a fresh line so the fragment stays separate; never truncate other data.
+            # An empty read means this client cannot see the last byte yet (a GlusterFS
+            # client knows the server's size but still reads up to its cached one): no
+            # newline then, which would otherwise be an empty line between two records.
             if (
                 self._end != (st.st_dev, st.st_ino, size)
                 and self._readable
-                and os.pread(fd, 1, size - 1) != b"\n"
+                and os.pread(fd, 1, size - 1) not in (b"\n", b"")
             ):
                 prefix = b"\n"
         pieces: Iterator[bytes] | list[bytes]
