@@ -30,7 +30,14 @@ from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer
 from ._input import BlockEncoder, LongLine, check_not_out, check_options
 from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
-from .errors import HeaderMismatch, LockError, WriteError, ZotsinkError, ZotsinkWarning
+from .errors import (
+    HeaderMismatch,
+    LockError,
+    UsageError,
+    WriteError,
+    ZotsinkError,
+    ZotsinkWarning,
+)
 
 __all__ = ["StreamReport", "append_stream"]
 
@@ -87,7 +94,16 @@ def append_stream(
     if data is None:
         assert infd is not None
         check_not_out(infd, out)
-    enc = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
+    # Stamped raw lines into a tsv/csv OUT need the data columns for the header: without
+    # them OUT would get no header at all, and verify would call its first record damaged.
+    stamped_raw = bool(stamp) and kv is None and columns is None and fmt != "lines"
+    enc = make_encoder(out, fmt, columns, stamp, adopt=kv is not None or stamped_raw)
+    if stamped_raw and enc.columns is None:
+        raise UsageError(
+            f"--stamp into {out} ({fmt}) needs the names of the data columns for its header: "
+            "give --columns NAME,... (or --kv for key:value input), or append to a .txt "
+            "file (lines format, no header)"
+        )
     writer = Writer(out, lock=lock, sync=sync, header=enc.header_line())
     eng = _Engine(writer, enc, kv, timeout, batch_bytes, flush_interval, whole, stopper)
     try:

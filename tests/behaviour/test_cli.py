@@ -49,7 +49,7 @@ def test_stamp_job_and_task_from_slurm(tmp_path: Path) -> None:
 
 
 def test_bare_stamp_does_not_swallow_out(tmp_path: Path) -> None:
-    out = tmp_path / "o.tsv"
+    out = tmp_path / "o.txt"
     r = run("--stamp", str(out), input=b"v\n", env={"SLURM_JOB_ID": "3"})
     assert r.returncode == 0, r.stderr
     time_, host, job, task, v = out.read_text().rstrip("\n").split("\t")
@@ -197,3 +197,16 @@ def test_stamped_blocks_match_line_by_line_stamping(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert fast.read_bytes() == slow.read_bytes()
     assert fast.read_bytes().split(b"\n")[7] == b"9\t4\trec 7\tx\r"
+
+
+def test_stamp_into_a_headerless_tsv_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    out = tmp_path / "o.tsv"
+    r = run("--stamp", "host", str(out), input=b"v\n")
+    assert r.returncode == 2
+    assert b"give --columns NAME" in r.stderr and b".txt" in r.stderr
+    assert not out.exists()
+    # an OUT whose header starts with the stamp fields names the data columns itself
+    out.write_text("host\tv\n")
+    r = run("--stamp", "host", str(out), input=b"w\n")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == f"host\tv\n{os.uname().nodename}\tw\n"

@@ -213,7 +213,7 @@ def test_array_runs_on_three_nodes_each_with_its_own_client(
     n = 60
     task = tmp_path / "task.py"
     task.write_text(NODE_TASK)
-    out = gluster_dirs.node1 / "out.tsv"
+    out = gluster_dirs.node1 / "out.txt"
     t0 = time.monotonic()
     res = slurm_cluster.run(
         "sbatch",
@@ -228,7 +228,7 @@ def test_array_runs_on_three_nodes_each_with_its_own_client(
     took = time.monotonic() - t0
     logs = "".join(p.read_text() for p in sorted(tmp_path.glob("slurm-*.out")))
     assert res.returncode == 0, f"sbatch exited {res.returncode}: {res.stderr}\n{logs}"
-    path = gluster_dirs.reader / "out.tsv"
+    path = gluster_dirs.reader / "out.txt"
     lines = wait_for(lambda: len(path.read_text().splitlines()) == n and path.read_text())
     assert lines, f"{path}: {path.read_text()!r}\n{logs}"
     rows = [ln.split("\t") for ln in lines.splitlines()]
