@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import errno
 import os
 import threading
 import time
@@ -12,27 +11,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Union
 
 from ._core.batch import Batch
-from ._core.records import Encoder, Record, decode_row, format_for, text_ok
+from ._core.header import Columns, make_encoder
+from ._core.records import Record, format_for, text_ok
 from ._core.sidefiles import append_or_save
 from ._core.stamp import DEFAULT_STAMP, parse_stamp, utc_now
 from ._core.writer import Writer
 from .errors import UsageError
 
-__all__ = ["Sink", "append_record", "append_records", "existing_header", "make_encoder"]
+__all__ = ["Sink", "append_record", "append_records"]
 
 Stamp = Union[str, Sequence[str], bool, None]
-Columns = Union[str, Sequence[str], None]
-
-
-def column_names(columns: Columns) -> list[str] | None:
-    """``columns`` as a list: a comma-separated str (as ``--columns`` takes it) or names."""
-    if columns is None:
-        return None
-    if isinstance(columns, str):
-        return [c.strip() for c in columns.split(",")]
-    if isinstance(columns, (bytes, bytearray)):
-        raise UsageError("columns must be a str such as 'a,b' or a sequence of str, not bytes")
-    return [str(c) for c in columns]
 
 
 def _stamp_fields(stamp: Stamp) -> tuple[str, ...]:
@@ -41,47 +29,6 @@ def _stamp_fields(stamp: Stamp) -> tuple[str, ...]:
     if stamp is None or stamp is False:
         return ()
     return parse_stamp(stamp)
-
-
-#: Tries at a stale NFS/FUSE file handle, 50 ms apart, before giving up.
-_ESTALE_TRIES = 40
-
-
-def existing_header(path: str) -> bytes | None:
-    """OUT's first line when OUT exists and is not empty (read without a lock).
-
-    Safe without a lock: a header is only ever written into an empty file, so once OUT has a
-    first line it no longer changes.
-    """
-    for attempt in range(_ESTALE_TRIES):
-        try:
-            with open(path, "rb") as f:
-                line = f.readline(1 << 20)
-            break
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-        except OSError as e:
-            # OUT replaced through another client of a network filesystem (verify --repair
-            # on another node): this client's cached handle is stale for up to a second.
-            if e.errno != errno.ESTALE or attempt == _ESTALE_TRIES - 1:
-                raise
-            time.sleep(0.05)
-    return line if line.endswith(b"\n") else None
-
-
-def make_encoder(
-    path: str, fmt: str, columns: Columns, stamp: Sequence[str], *, adopt: bool
-) -> Encoder:
-    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used."""
-    columns = column_names(columns)
-    enc = Encoder(fmt, columns, stamp)
-    if columns is None and adopt:
-        line = existing_header(path)
-        if line is not None:
-            names = decode_row(line.rstrip(b"\n").decode("utf-8", "surrogateescape"), fmt)
-            if tuple(names[: len(enc.stamp)]) == enc.stamp and len(names) > len(enc.stamp):
-                enc.set_columns(names[len(enc.stamp) :])
-    return enc
 
 
 class _Target:

@@ -24,7 +24,7 @@ from typing import IO, Final
 
 from ._core import sidefiles
 from ._core.kv import parse_kv
-from ._core.records import MAX_LINE, Encoder
+from ._core.records import MAX_LINE, Encoder, uniform_fields
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
@@ -35,9 +35,6 @@ __all__ = ["BlockEncoder", "LongLine", "check_not_out", "check_options"]
 MAX_BATCH_BYTES: Final = 1 << 30
 MAX_FLUSH_INTERVAL: Final = 1e6
 MAX_TIMEOUT: Final = 1e7
-#: Bytes that a field-count scan deletes: all but the separator and the newline.
-_NOT_TAB_NL: Final = bytes(b for b in range(256) if b not in b"\t\n")
-_NOT_COMMA_NL: Final = bytes(b for b in range(256) if b not in b",\n")
 
 
 def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
@@ -132,18 +129,11 @@ class BlockEncoder:
                 return src.count(b"\n", at, end)  # no quote: each line is one record
             if src.find(b"\n\n", at, end) >= 0 or src[at : at + 1] == b"\n":
                 return -1  # an empty line has no field at all
-            keep, sep = _NOT_COMMA_NL, b","
+            sep = b","
         else:
-            keep, sep = _NOT_TAB_NL, b"\t"
+            sep = b"\t"
         assert cols is not None
-        # Delete every byte but separators and newlines: a good block leaves exactly
-        # ("sep" * (k-1) + "\n") once per line.
-        marks = src[at:end].translate(None, keep)
-        k = len(cols)
-        n = len(marks) // k
-        if len(marks) == n * k and marks == (sep * (k - 1) + b"\n") * n:
-            return n
-        return -1
+        return uniform_fields(src, sep, len(cols), at, end)  # records' one field-count rule
 
     def _encode_lines(self, block: bytes) -> tuple[bytes, int]:
         """Line by line: the slow path, for blocks holding a line that may be refused."""

@@ -22,9 +22,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from ._append import make_encoder
 from ._core import sidefiles
 from ._core.batch import Batch
+from ._core.header import make_encoder
 from ._core.pump import LineReader
 from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer

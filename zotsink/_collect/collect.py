@@ -98,7 +98,7 @@ class CollectReport:
 
 def _seed_header(o: Options, fixed: list[str]) -> list[str] | None:
     """OUT's existing data columns, which start the union; HeaderMismatch when it cannot fit."""
-    from .._append import existing_header
+    from .._core.header import existing_header
 
     line = existing_header(o.output)
     if line is None:

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from .._append import make_encoder
+from .._core.header import make_encoder
 from .._core.records import format_for
 from .._core.writer import Writer
 from .._signals import Stopper

@@ -16,6 +16,7 @@ import click
 from .._core.locking import LOCK_KINDS
 from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
+from .._input import MAX_TIMEOUT
 from ..errors import (
     HeaderMismatch,
     InputError,
@@ -160,10 +161,6 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
         return f
 
     return apply
-
-
-#: Longest --timeout: about 115 days, far past any walltime.
-MAX_TIMEOUT: Final = 1e7
 
 
 def lock_options(f: F) -> F:

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .._input import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL
 from ._common import (
     CONTEXT,
     Seconds,
@@ -22,9 +23,6 @@ from ._common import (
     verbose_option,
 )
 
-#: Longest --flush-interval: about 11 days (poll() takes milliseconds in a C int).
-MAX_FLUSH_INTERVAL = 1e6
-
 
 @click.command("append", context_settings=CONTEXT)
 @click.argument("out", type=click.Path(dir_okay=True))
@@ -34,7 +32,7 @@ MAX_FLUSH_INTERVAL = 1e6
 @sync_option
 @click.option(
     "--batch-bytes",
-    type=click.IntRange(1, 1 << 30),
+    type=click.IntRange(1, MAX_BATCH_BYTES),
     default=1 << 20,
     show_default=True,
     help="Write a batch when it reaches this size ...",

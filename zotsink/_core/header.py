@@ -1,0 +1,71 @@
+"""OUT's header: read from an existing OUT, and the encoder that matches it.
+
+A header is only ever written into an empty OUT (under the lock), so once OUT has a first
+line it never changes: reading it needs no lock.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Sequence
+from typing import Union
+
+from ..errors import UsageError
+from .records import Encoder, decode_row
+
+__all__ = ["Columns", "column_names", "existing_header", "make_encoder"]
+
+Columns = Union[str, Sequence[str], None]
+
+
+def column_names(columns: Columns) -> list[str] | None:
+    """``columns`` as a list: a comma-separated str (as ``--columns`` takes it) or names."""
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        return [c.strip() for c in columns.split(",")]
+    if isinstance(columns, (bytes, bytearray)):
+        raise UsageError("columns must be a str such as 'a,b' or a sequence of str, not bytes")
+    return [str(c) for c in columns]
+
+
+#: Tries at a stale NFS/FUSE file handle, 50 ms apart, before giving up.
+_ESTALE_TRIES = 40
+
+
+def existing_header(path: str) -> bytes | None:
+    """OUT's first line when OUT exists and is not empty (read without a lock).
+
+    Safe without a lock: a header is only ever written into an empty file, so once OUT has a
+    first line it no longer changes.
+    """
+    for attempt in range(_ESTALE_TRIES):
+        try:
+            with open(path, "rb") as f:
+                line = f.readline(1 << 20)
+            break
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        except OSError as e:
+            # OUT replaced through another client of a network filesystem (verify --repair
+            # on another node): this client's cached handle is stale for up to a second.
+            if e.errno != errno.ESTALE or attempt == _ESTALE_TRIES - 1:
+                raise
+            time.sleep(0.05)
+    return line if line.endswith(b"\n") else None
+
+
+def make_encoder(
+    path: str, fmt: str, columns: Columns, stamp: Sequence[str], *, adopt: bool
+) -> Encoder:
+    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used."""
+    columns = column_names(columns)
+    enc = Encoder(fmt, columns, stamp)
+    if columns is None and adopt:
+        line = existing_header(path)
+        if line is not None:
+            names = decode_row(line.rstrip(b"\n").decode("utf-8", "surrogateescape"), fmt)
+            if tuple(names[: len(enc.stamp)]) == enc.stamp and len(names) > len(enc.stamp):
+                enc.set_columns(names[len(enc.stamp) :])
+    return enc
