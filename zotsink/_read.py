@@ -13,9 +13,9 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ._core.fileio import pread_chunks
+from ._core.fileio import pread_chunks, split_lines
 from ._core.locking import Locker, open_locked
-from ._core.records import csv_module, decode_row, format_for, split_lines
+from ._core.records import csv_module, decode_row, format_for
 from .errors import InputError, RecordError
 
 __all__ = ["iter_snapshot", "read_records", "snapshot"]

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
+from .._core.fileio import line_blocks
 from .._core.records import csv_module, lines_ok
 
 __all__ = ["Unit", "Why", "scan"]
@@ -91,27 +92,6 @@ def _header_problem(content: bytes, complete: bool, names: list[str]) -> Why:
     return None
 
 
-def _blocks(chunks: Iterator[bytes]) -> Iterator[tuple[list[bytes], bool]]:
-    """Consecutive lines without their newlines, one list per chunk: ``(lines, True)``;
-    a final line that has no newline comes alone as ``([line], False)``."""
-    pending: list[bytes] = []
-    for chunk in chunks:
-        if b"\n" not in chunk:
-            pending.append(chunk)
-            continue
-        if pending:
-            pending.append(chunk)
-            chunk = b"".join(pending)
-            pending = []
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        yield lines, True
-        if rest:
-            pending.append(rest)
-    if pending:
-        yield [b"".join(pending)], False
-
-
 def _clean(lines: list[bytes], raw: bytes, ref: int | None, header: bytes | None) -> bool:
     """Whether every line of a block is a well-formed record (the fast path: C loops only):
     records' one valid-line check, and none of verify's own problems (empty, header again)."""
@@ -128,7 +108,7 @@ def scan(chunks: Iterator[bytes], fmt: str, has_header: bool) -> Iterator[Unit]:
     ref: int | None = None
     header: bytes | None = None
     no = 0  # lines before this block
-    for lines, complete in _blocks(chunks):
+    for lines, complete in line_blocks(chunks):
         nl = b"\n" if complete else b""
         skip = 0
         if no == 0 and fmt == "tsv":

@@ -7,16 +7,18 @@ import errno
 import os
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 __all__ = [
     "RefusedFile",
     "fresh_stat",
     "fsync_dir",
+    "line_blocks",
     "open_for_append",
     "pread_chunks",
     "side_file_problem",
+    "split_lines",
     "write_all",
 ]
 
@@ -206,3 +208,33 @@ def fresh_stat(fd: int, coherent: bool) -> tuple[int, int, int]:
         raise OSError(err, os.strerror(err))
     # struct statx: stx_size is the u64 at byte 40
     return (*ident, int.from_bytes(buf.raw[40:48], sys.byteorder))
+
+
+def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
+    """The lines (no newlines) of a stream of chunks, one list per chunk: ``(lines, True)``;
+    a final piece with no newline comes alone as ``([piece], False)``. The one line splitter
+    (readers and verify); a line longer than a chunk is joined once, not once per chunk."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending = []
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        yield lines, True
+        if rest:
+            pending.append(rest)
+    if pending:
+        yield [b"".join(pending)], False
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream of chunks; a final piece with no newline (a torn fragment) is
+    not a line and is left out."""
+    for lines, complete in line_blocks(chunks):
+        if complete:
+            yield from lines

@@ -9,7 +9,7 @@ line; a sequence is one row of values; a mapping is a row by column name.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Union
 
 from ..errors import RecordError, UsageError
@@ -29,7 +29,6 @@ __all__ = [
     "format_for",
     "lines_ok",
     "parse_stamp",
-    "split_lines",
     "stamp_values",
     "unescape_tsv",
     "uniform_fields",
@@ -184,12 +183,9 @@ _ONLY = {sep: bytes(b for b in range(256) if b not in (sep[0], 10)) for sep in (
 def uniform_fields(
     src: bytes | bytearray | memoryview, sep: bytes, k: int, at: int = 0, end: int | None = None
 ) -> int:
-    """The number of lines in ``src[at:end]`` (whole lines, each ending in a newline) when
-    every one has exactly ``k`` fields split by ``sep``; -1 when some line has not.
-
-    One C-speed pass: deleting every byte but separators and newlines leaves exactly
-    ``sep * (k - 1) + newline`` once per line in a good block.
-    """
+    """The number of lines in ``src[at:end]`` (whole lines) when each has exactly ``k``
+    fields split by ``sep``, else -1. One C-speed pass: deleting every byte but separators
+    and newlines leaves exactly ``sep * (k - 1) + newline`` once per line in a good block."""
     marks = src[at:end].translate(None, _ONLY[sep])
     n = len(marks) // k
     if len(marks) == n * k and marks == (sep * (k - 1) + b"\n") * n:
@@ -223,26 +219,6 @@ def text_ok(text: str, tabs: int = -1) -> bool:
         and len(text) <= MAX_LINE
         and (tabs < 0 or text.count("\t") == tabs)
     )
-
-
-def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The lines (without newline) of a stream of chunks; a final piece with no newline
-    (a torn fragment) is not a line and is left out. A line longer than a chunk is joined
-    once, not once per chunk."""
-    pending: list[bytes] = []
-    for chunk in chunks:
-        if b"\n" not in chunk:
-            pending.append(chunk)
-            continue
-        if pending:
-            pending.append(chunk)
-            chunk = b"".join(pending)
-            pending = []
-        lines = chunk.split(b"\n")
-        rest = lines.pop()
-        yield from lines
-        if rest:
-            pending.append(rest)
 
 
 class Encoder:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from .._input import MAX_FLUSH_INTERVAL
 from ._common import (
     CONTEXT,
     MAX_TIMEOUT,
@@ -21,7 +22,6 @@ from ._common import (
     sync_option,
     verbose_option,
 )
-from .append import MAX_FLUSH_INTERVAL
 
 
 @click.command("run", context_settings=CONTEXT)
