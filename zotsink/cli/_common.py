@@ -16,7 +16,7 @@ import click
 from .._core.locking import LOCK_KINDS
 from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
-from .._input import MAX_TIMEOUT
+from .._input import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, MAX_TIMEOUT
 from ..errors import (
     HeaderMismatch,
     InputError,
@@ -222,6 +222,26 @@ def record_options(f: F) -> F:
             "(bare --stamp: time,host,job,task).",
         ),
     )(f)
+
+
+def batch_options(default_bytes: int) -> Callable[[F], F]:
+    """``--batch-bytes`` and ``--flush-interval``: how records wait before a locked append."""
+    return _stack(
+        click.option(
+            "--batch-bytes",
+            type=click.IntRange(1, MAX_BATCH_BYTES),
+            default=default_bytes,
+            show_default=True,
+            help="Write a batch when it reaches this size ...",
+        ),
+        click.option(
+            "--flush-interval",
+            type=Seconds(MAX_FLUSH_INTERVAL),
+            default=1.0,
+            show_default=True,
+            help="... or when its oldest line is this many seconds old.",
+        ),
+    )
 
 
 def quiet_option(f: F) -> F:

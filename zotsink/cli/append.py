@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from .._input import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL
 from ._common import (
     CONTEXT,
-    Seconds,
+    batch_options,
     column_list,
     lock_options,
     outcome_code,
@@ -30,20 +29,7 @@ from ._common import (
 @record_options
 @lock_options
 @sync_option
-@click.option(
-    "--batch-bytes",
-    type=click.IntRange(1, MAX_BATCH_BYTES),
-    default=1 << 20,
-    show_default=True,
-    help="Write a batch when it reaches this size ...",
-)
-@click.option(
-    "--flush-interval",
-    type=Seconds(MAX_FLUSH_INTERVAL),
-    default=1.0,
-    show_default=True,
-    help="... or when its oldest line is this many seconds old.",
-)
+@batch_options(1 << 20)
 @click.option(
     "--whole", is_flag=True, help="Buffer all of stdin and append it as one block at the end."
 )

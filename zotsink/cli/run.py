@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from .._input import MAX_FLUSH_INTERVAL
 from ._common import (
     CONTEXT,
     MAX_TIMEOUT,
     Seconds,
+    batch_options,
     column_list,
     lock_options,
     outcome_code,
@@ -78,8 +78,7 @@ from ._common import (
 @record_options
 @lock_options
 @sync_option
-@click.option("--batch-bytes", type=click.IntRange(1, 1 << 30), default=65536, show_default=True)
-@click.option("--flush-interval", type=Seconds(MAX_FLUSH_INTERVAL), default=1.0, show_default=True)
+@batch_options(65536)
 @quiet_option
 @verbose_option
 def run_cmd(
