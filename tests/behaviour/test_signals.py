@@ -7,19 +7,16 @@ slept for: FIONREAD on the pipe says how many bytes are still unread.
 
 from __future__ import annotations
 
-import array
 import fcntl
 import os
 import re
 import signal
 import subprocess
 import sys
-import termios
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from waiting import unread, wait_for
 
 from zotsink._stream import STOP_LOCK_TIMEOUT
 
@@ -46,24 +43,6 @@ sys.stdin.read()
 
 def records(tag: str = "sig") -> list[bytes]:
     return [f"{tag}-{i:05d}-payload\n".encode() for i in range(N_RECORDS)]
-
-
-def unread(fd: int) -> int:
-    buf = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-    return buf[0]
-
-
-def wait_for(cond: Callable[[], bool], proc: subprocess.Popen, what: str, limit=30.0) -> None:
-    """Poll ``cond`` until true; fail early with zotsink's stderr if it died instead."""
-    end = time.monotonic() + limit
-    while not cond():
-        if proc.poll() is not None:
-            pytest.fail(f"zotsink exited ({proc.returncode}) before {what}: {proc.stderr.read()}")
-        if time.monotonic() > end:
-            proc.kill()
-            pytest.fail(f"zotsink never {what}")
-        time.sleep(0.005)
 
 
 def start_stream(

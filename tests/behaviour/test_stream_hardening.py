@@ -6,41 +6,20 @@ input" is observed, never slept for: FIONREAD on the pipe says how many bytes ar
 
 from __future__ import annotations
 
-import array
 import fcntl
 import os
 import signal
 import subprocess
 import sys
-import termios
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from waiting import unread, wait_for
 
 MAX_LINE = 16 * 1024 * 1024  # the documented line limit
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 ZOTSINK = [sys.executable, "-m", "zotsink"]
-
-
-def unread(fd: int) -> int:
-    buf = array.array("i", [0])
-    fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-    return buf[0]
-
-
-def wait_for(cond: Callable[[], bool], proc: subprocess.Popen, what: str, limit=60.0) -> None:
-    """Poll ``cond`` until true; fail early with zotsink's stderr if it died instead."""
-    end = time.monotonic() + limit
-    while not cond():
-        if proc.poll() is not None:
-            pytest.fail(f"zotsink exited ({proc.returncode}) before {what}: {proc.stderr.read()}")
-        if time.monotonic() > end:
-            proc.kill()
-            pytest.fail(f"zotsink never {what}")
-        time.sleep(0.005)
 
 
 def feed(data: bytes) -> tuple[int, int]:
