@@ -203,17 +203,9 @@ probe() {
 }
 
 cmd_up() {
-    local t0 t1 i m rc=0
+    local t0 t1 i m
     t0=$(now)
-    need_root "mount GlusterFS"
-    [ ${#MOUNTS[@]} = 3 ] ||
-        die "$EXIT_USAGE" "ZOTSINK_GLUSTER_MOUNTS must name exactly three mount points (got: ${MOUNTS[*]})"
-    if [ ! -c /dev/fuse ]; then
-        mknod -m 0666 /dev/fuse c 10 229 2>/dev/null ||
-            die "$EXIT_PRECONDITION" "no /dev/fuse and it cannot be created"
-    fi
-    ensure_packages "${PACKAGES[@]}" || rc=$?
-    [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
+    prepare_fuse_service "mount GlusterFS" ZOTSINK_GLUSTER_MOUNTS 3 "${MOUNTS[@]}"
     take_lock "$STATE"
     if healthy; then
         log "already up"

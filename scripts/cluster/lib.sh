@@ -181,3 +181,17 @@ mount_fstype() {
     awk -v m="$1" '$5 == m { for (i = 7; i <= NF; i++) if ($i == "-") { t = $(i + 1); break } }
                    END { print t }' /proc/self/mountinfo
 }
+
+prepare_fuse_service() {  # prepare_fuse_service WHAT VAR COUNT MOUNT...: the checks before `up`
+    local what=$1 var=$2 count=$3 rc=0
+    shift 3
+    need_root "$what"
+    [ $# = "$count" ] ||
+        die "$EXIT_USAGE" "$var must name exactly $count mount points (got: $*)"
+    if [ ! -c /dev/fuse ]; then
+        mknod -m 0666 /dev/fuse c 10 229 2>/dev/null ||
+            die "$EXIT_PRECONDITION" "no /dev/fuse and it cannot be created"
+    fi
+    ensure_packages "${PACKAGES[@]}" || rc=$?
+    [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
+}

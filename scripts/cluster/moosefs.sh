@@ -183,17 +183,9 @@ mount_one() {  # mount_one INDEX MOUNTPOINT
 }
 
 cmd_up() {
-    local t0 rc=0 i m
+    local t0 i m
     t0=$(now)
-    need_root "mount MooseFS"
-    [ ${#MOUNTS[@]} = 2 ] ||
-        die "$EXIT_USAGE" "ZOTSINK_MOOSEFS_MOUNTS must name exactly two mount points (got: ${MOUNTS[*]})"
-    if [ ! -c /dev/fuse ]; then
-        mknod -m 0666 /dev/fuse c 10 229 2>/dev/null ||
-            die "$EXIT_PRECONDITION" "no /dev/fuse and it cannot be created"
-    fi
-    ensure_packages "${PACKAGES[@]}" || rc=$?
-    [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
+    prepare_fuse_service "mount MooseFS" ZOTSINK_MOOSEFS_MOUNTS 2 "${MOUNTS[@]}"
     take_lock "$STATE"
     if healthy; then
         log "already up"
