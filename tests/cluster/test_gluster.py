@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from settled import read_settled
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
@@ -146,18 +147,6 @@ def crew():
     c = Crew()
     yield c
     c.reap()
-
-
-def read_settled(path: Path, size: int, timeout: float = 10.0) -> bytes:
-    """``path``'s bytes once its size is ``size`` (or, failing that, after ``timeout``).
-
-    Another client may serve a stale size for up to the FUSE attribute timeout (1 s by
-    default) after a write elsewhere: the reader mount catches up, it is not told.
-    """
-    deadline = time.monotonic() + timeout
-    while path.stat().st_size != size and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return path.read_bytes()
 
 
 def start_holder(path: Path) -> subprocess.Popen:
