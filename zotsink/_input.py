@@ -28,13 +28,15 @@ from ._core.records import MAX_LINE, Encoder, uniform_fields
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
-__all__ = ["BlockEncoder", "LongLine", "check_not_out", "check_options"]
+__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "check_not_out", "check_options"]
 
 #: The largest values the engine takes (the CLI refuses larger ones with the same limits):
 #: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
 MAX_BATCH_BYTES: Final = 1 << 30
 MAX_FLUSH_INTERVAL: Final = 1e6
 MAX_TIMEOUT: Final = 1e7
+#: The count BlockEncoder.encode gives for lines that pass through without being counted.
+UNCOUNTED: Final = -1
 
 
 def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
@@ -74,24 +76,49 @@ def check_not_out(infd: int, out: str) -> None:
 class BlockEncoder:
     """Encodes blocks of lines for one OUT; refused lines wait in :attr:`rejects`."""
 
-    def __init__(self, enc: Encoder, kv: str | None) -> None:
+    def __init__(self, enc: Encoder, kv: str | None, count: bool = False) -> None:
         self.enc = enc
         self.kv = kv
         # What Encoder.check_raw looks at beyond NUL and length: every csv line must parse
         # as one record, and with a header tsv and csv lines must have its field count.
         self.check = enc.fmt == "csv" or (enc.columns is not None and enc.fmt == "tsv")
         self.stamp_time = "time" in enc.stamp
-        self.line_no = 0  # lines seen so far: refusals are named by line number
+        # Lines are counted where the check, the stamp or the parse counts them anyway, or
+        # when the caller asks. Lines that pass through unchanged are not: counting newlines
+        # (bytes.count, a plain C loop) costs as much CPU as cat spends copying them, and
+        # would halve the stream's speed. Refused lines are then named by the input byte
+        # where they start, which the engine knows for free.
+        self.numbered = self.check or bool(enc.stamp) or kv is not None or count
+        self.line_no = 0  # lines seen so far, when numbered
+        self.offset = 0  # input bytes before the next block
         self.rejects: list[tuple[str, bytes]] = []
+
+    def place(self, start: int) -> str:
+        """The name of a refused line that starts at input offset ``start`` (0-based):
+        ``line N`` when lines are numbered, else ``byte N`` (1-based, as ``cmp`` and
+        ``tail -c +N`` count)."""
+        return f"line {self.line_no}" if self.numbered else f"byte {start + 1}"
+
+    def take_line(self) -> str:
+        """Name the next input line, which the caller handles itself (a line over the limit,
+        a part line at a stop); it moves :attr:`offset` past the line with :meth:`skip`."""
+        self.line_no += 1
+        return self.place(self.offset)
+
+    def skip(self, size: int) -> None:
+        self.offset += size
 
     def encode(
         self, block: bytes | memoryview, buf: bytearray | None = None, at: int = 0
     ) -> tuple[bytes | memoryview, int]:
-        """A block of whole lines as the bytes to append, and their count; refused lines
-        are set aside in self.rejects. ``buf``/``at``: where the block lies in the read
-        buffer, so that searching it copies nothing."""
+        """A block of whole lines as the bytes to append, and their count (:data:`UNCOUNTED`
+        when lines are not numbered); refused lines are set aside in self.rejects.
+        ``buf``/``at``: where the block lies in the read buffer, so that searching it
+        copies nothing."""
         src = buf if buf is not None else block
         end = at + len(block)
+        start = self.offset
+        self.offset += len(block)
         # The read buffer never holds a whole line over the limit (see LineReader.fill).
         if (
             self.kv is None
@@ -100,12 +127,14 @@ class BlockEncoder:
         ):
             # No line can be refused for a NUL byte or its length: only the field count
             # is left to check, a whole block at a time.
-            n = -1 if self.enc.stamp and not self.check else self._fast_count(src, at, end)
             if not self.enc.stamp:
+                if not self.numbered:
+                    return block, UNCOUNTED
+                n = self._fast_count(src, at, end)
                 if n >= 0:
                     self.line_no += n
                     return block, n
-            elif n >= 0 or not self.check:
+            elif not self.check or self._fast_count(src, at, end) >= 0:
                 prefix = self.enc.stamp_prefix(utc_now() if self.stamp_time else None)
                 # One C-speed replace stamps every line (the same bytes as line by line):
                 # the prefix after each newline, then moved from the end to the front. The
@@ -114,7 +143,7 @@ class BlockEncoder:
                 n = (len(stamped) - len(block)) // len(prefix)
                 self.line_no += n
                 return prefix + stamped[: len(stamped) - len(prefix)], n
-        return self._encode_lines(bytes(block))
+        return self._encode_lines(bytes(block), start)
 
     def _fast_count(self, src: bytes | bytearray | memoryview, at: int, end: int) -> int:
         """The block's line count when every line has the header's field count (or no
@@ -135,14 +164,16 @@ class BlockEncoder:
         assert cols is not None
         return uniform_fields(src, sep, len(cols), at, end)  # records' one field-count rule
 
-    def _encode_lines(self, block: bytes) -> tuple[bytes, int]:
+    def _encode_lines(self, block: bytes, start: int) -> tuple[bytes, int]:
         """Line by line: the slow path, for blocks holding a line that may be refused."""
         now = utc_now() if self.stamp_time else None
         enc = self.enc
         prefix = enc.stamp_prefix(now) if enc.stamp and self.kv is None else b""
         out: list[bytes] = []
+        at = start - 1  # before the newline that ends the line before the block
         for line in block.split(b"\n")[:-1]:
             self.line_no += 1
+            start, at = at + 1, at + 1 + len(line)
             if self.kv is not None:
                 try:
                     if b"\0" in line:
@@ -159,11 +190,11 @@ class BlockEncoder:
                         )
                     out.append(enc.encode(rec, now))  # the first one may name the columns
                 except (RecordError, UsageError) as e:
-                    self.rejects.append((f"line {self.line_no}: {e.message}", line))
+                    self.rejects.append((f"{self.place(start)}: {e.message}", line))
                 continue
             why = enc.check_raw(line)
             if why:
-                self.rejects.append((f"line {self.line_no}: {why}", line))
+                self.rejects.append((f"{self.place(start)}: {why}", line))
                 continue
             out.append(prefix + line + b"\n")
         return b"".join(out), len(out)
@@ -172,11 +203,12 @@ class BlockEncoder:
 class LongLine:
     """A line over the limit, kept in a temporary file until its end, then refused whole."""
 
-    def __init__(self, out: str, line_no: int) -> None:
+    def __init__(self, out: str, where: str) -> None:
         import tempfile
 
         self.out = out
-        self.line_no = line_no
+        self.where = where  # the line's name in OUT.rejects: "line N" or "byte N"
+        self.size = 0  # bytes so far, newline not included
         try:  # beside OUT: node-local /tmp may be far smaller than a line can be
             # Closed by finish(), which every path that creates one reaches.
             self.tmp: IO[bytes] = tempfile.TemporaryFile(dir=os.path.dirname(out) or ".")  # noqa: SIM115
@@ -185,6 +217,7 @@ class LongLine:
 
     def add(self, piece: bytes | memoryview) -> None:
         self.tmp.write(piece)
+        self.size += len(piece)
 
     def finish(self, reason: str, *, lock: str, timeout: float) -> None:
         """Append ``reason<TAB>line`` to OUT.rejects as one record, under one lock hold.

@@ -65,7 +65,7 @@ class Stopper:
 
 
 def append_until_stopped(
-    writer: Writer, data: bytes, timeout: float, stopper: Stopper | None
+    writer: Writer, data: bytes | memoryview, timeout: float, stopper: Stopper | None
 ) -> None:
     """Append ``data`` waiting up to ``timeout`` for the lock, cut short by a stop.
 
@@ -74,7 +74,8 @@ def append_until_stopped(
     the stopper, and ends :data:`STOP_LOCK_TIMEOUT` after a stop was seen. A slice that
     merely timed out has lost nothing; only the end of the whole wait spills (or, on a
     header mismatch, sends the batch to OUT.rejects), through
-    :func:`~zotsink._core.sidefiles.append_or_save`.
+    :func:`~zotsink._core.sidefiles.append_or_save`. ``data`` may be a view of the
+    stream's read buffer: it is copied only when it has to be saved elsewhere.
     """
     start = now = time.monotonic()
     deadline = start + timeout
@@ -94,12 +95,12 @@ def append_until_stopped(
             slices += 1
             now = time.monotonic()
         except (LockError, WriteError) as e:
-            sidefiles.save(writer, e, data)
+            sidefiles.save(writer, e, bytes(data))
             raise
         except HeaderMismatch:
             break  # the last call below sends the batch to OUT.rejects and says so
     try:
-        sidefiles.append_or_save(writer, data, left)
+        sidefiles.append_or_save(writer, bytes(data), left)
     except LockTimeout as e:
         if not slices:
             raise

@@ -28,7 +28,7 @@ from ._core.header import make_encoder
 from ._core.pump import LineReader
 from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer
-from ._input import BlockEncoder, LongLine, check_not_out, check_options
+from ._input import UNCOUNTED, BlockEncoder, LongLine, check_not_out, check_options
 from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
 from .errors import (
     HeaderMismatch,
@@ -53,7 +53,7 @@ INCOMPLETE: Final = "incomplete at stop"
 class StreamReport(NamedTuple):
     """What one stream did."""
 
-    records: int  # appended to OUT
+    records: int | None  # appended to OUT; None when lines were not counted (``count``)
     rejected: int  # written to OUT.rejects
     spilled: int  # saved to spill files instead of OUT
     spill_paths: tuple[str, ...]
@@ -62,6 +62,7 @@ class StreamReport(NamedTuple):
     lock_wait: float  # seconds spent waiting for the lock
     error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
     unterminated: bool = False  # the input ended without a newline: one was added
+    appended: int = 0  # bytes appended to OUT
 
 
 def append_stream(
@@ -80,6 +81,7 @@ def append_stream(
     flush_interval: float = 1.0,
     whole: bool = False,
     stopper: Stopper | None = None,
+    count: bool = False,
 ) -> StreamReport:
     """Append the lines read from ``infd`` until end of input (or a stop signal).
 
@@ -87,6 +89,11 @@ def append_stream(
     Option values are checked, and standard input compared with OUT, before anything is
     read: :class:`UsageError`. After that, whatever goes wrong, every line read is in OUT,
     in ``OUT.rejects`` or in a spill file named by the report or by the error raised.
+
+    Lines that pass through unchanged (no field count, stamp or key:value parse) are not
+    counted unless ``count`` is true: the report's ``records`` is then None, and refused
+    lines are named by the input byte where they start (``byte 265: NUL byte``) instead of
+    their line number. Counting costs about as much CPU as copying the lines.
     """
     out = os.fspath(path)
     fmt = format_for(out, format)
@@ -105,7 +112,7 @@ def append_stream(
             "file (lines format, no header)"
         )
     writer = Writer(out, lock=lock, sync=sync, header=enc.header_line())
-    eng = _Engine(writer, enc, kv, timeout, batch_bytes, flush_interval, whole, stopper)
+    eng = _Engine(writer, enc, kv, timeout, batch_bytes, flush_interval, whole, stopper, count)
     try:
         if data is not None:
             eng.take_data(data)
@@ -117,7 +124,7 @@ def append_stream(
     finally:
         writer.close()
     return StreamReport(
-        records=eng.records,
+        records=None if eng.uncounted else eng.records,
         rejected=eng.rejected,
         spilled=eng.spilled,
         spill_paths=tuple(eng.spills),
@@ -126,6 +133,7 @@ def append_stream(
         lock_wait=writer.lock_wait,
         error=eng.error,
         unterminated=eng.unterminated,
+        appended=eng.appended,
     )
 
 
@@ -142,6 +150,7 @@ class _Engine:
         interval: float,
         whole: bool,
         stopper: Stopper | None,
+        count: bool = False,
     ) -> None:
         self.writer = writer
         self.enc = enc
@@ -150,10 +159,11 @@ class _Engine:
         self.whole = whole
         self.batch = Batch(batch_bytes, math.inf if whole else interval)
         self.raw = kv is None and not enc.stamp  # lines pass through: they wait in the buffer
-        self.blocks = BlockEncoder(enc, kv)
+        self.blocks = BlockEncoder(enc, kv, count)
         self.reader: LineReader | None = None
         self.raw_since = 0.0  # when the oldest line waiting in the read buffer came
-        self.records = self.rejected = self.spilled = 0
+        self.records = self.rejected = self.spilled = self.appended = 0
+        self.uncounted = False  # some lines were appended without being counted
         self.spills: list[str] = []
         self.rejects_file: str | None = None
         self.error: Exception | None = None
@@ -164,7 +174,9 @@ class _Engine:
     def take_data(self, data: bytes) -> None:
         if data and not data.endswith(b"\n"):
             data += b"\n"
-        self._add(self._encode(data))
+        block, n = self._encode(data)
+        # Lines given at once are few (command-line arguments): counted, even when plain.
+        self._add((block, block.count(b"\n") if n == UNCOUNTED else n))
         self.flush()
 
     def pump(self, reader: LineReader) -> None:
@@ -224,8 +236,7 @@ class _Engine:
             # the buffer, to a temporary file, as it comes: memory stays flat and every
             # wait still looks at the stop flag and the batch's age.
             self.flush()
-            self.blocks.line_no += 1
-            self.long = LongLine(self.writer.path, self.blocks.line_no)
+            self.long = LongLine(self.writer.path, self.blocks.take_line())
             with r.drain_tail() as head:
                 self.long.add(head)
 
@@ -260,10 +271,8 @@ class _Engine:
             if stopping:
                 # A producer stopped mid-line: the part is not a record. OUT.rejects keeps it.
                 self.flush(stopping)
-                self.blocks.line_no += 1
-                self.blocks.rejects.append(
-                    (f"line {self.blocks.line_no}: {INCOMPLETE}", r.take_tail())
-                )
+                where = self.blocks.take_line()
+                self.blocks.rejects.append((f"{where}: {INCOMPLETE}", r.take_tail()))
             else:
                 # Many producers omit the last newline: the line is a record; say so.
                 self.unterminated = True
@@ -283,8 +292,9 @@ class _Engine:
             stop = self._piece_end(r)
             with r.view(r.start, stop) as view:
                 data, n = self._encode(view, r.buf, r.start)
-                data = bytes(data)  # Writer.append takes bytes (one write per batch)
-            self._append(data, n, stopping)
+                # Lines that pass through are written from the read buffer itself (one
+                # copy less per byte); they are copied only if they must be saved elsewhere.
+                self._append(data, n, stopping)
             r.release(stop)  # only now: if the append raised, the rescue saves these lines
             self.raw_since = 0.0
         if self.batch:
@@ -294,16 +304,21 @@ class _Engine:
             items, self.blocks.rejects = self.blocks.rejects, []
             self._reject(items, stopping)
 
-    def _append(self, data: bytes, n: int, stopping: bool) -> None:
-        if not n:
+    def _append(self, data: bytes | memoryview, n: int, stopping: bool) -> None:
+        if not data:
             return
         try:
             append_until_stopped(
                 self.writer, data, self._timeout(stopping), None if stopping else self.stopper
             )
-            self.records += n
+            self.appended += len(data)
+            if n == UNCOUNTED:
+                self.uncounted = True
+            else:
+                self.records += n
         except (LockError, WriteError) as e:  # LockTimeout is a LockError
-            self.spilled += n
+            # Counted now if they were not: what is saved elsewhere is always told in records.
+            self.spilled += _count(data, n)
             if e.spill_path and e.spill_path not in self.spills:
                 self.spills.append(e.spill_path)
             self.error = self.error or e
@@ -312,7 +327,7 @@ class _Engine:
         except HeaderMismatch as e:
             # Nothing was written to OUT; the records went to OUT.rejects.
             self.rejects_file = e.spill_path
-            self.rejected += n
+            self.rejected += _count(data, n)
             self.error = self.error or e
 
     def _reject(self, items: list[tuple[str, bytes]], stopping: bool) -> None:
@@ -335,9 +350,8 @@ class _Engine:
     def _long_done(self, why: str) -> None:
         long, self.long = self.long, None
         assert long is not None
-        long.finish(
-            f"line {long.line_no}: {why}", lock=self.writer.locker.requested, timeout=self.timeout
-        )
+        self.blocks.skip(long.size + 1)  # the line and its newline
+        long.finish(f"{long.where}: {why}", lock=self.writer.locker.requested, timeout=self.timeout)
         self.rejected += 1
 
     def _encode(
@@ -390,3 +404,9 @@ class _Engine:
             path=out,
             spill_path=note.spill_path if held else None,
         ) from e
+
+
+def _count(data: bytes | memoryview, n: int) -> int:
+    """``n``, or the lines of ``data`` when they were not counted (only when they went
+    somewhere else than OUT, which the user must be told in records)."""
+    return bytes(data).count(b"\n") if n == UNCOUNTED else n

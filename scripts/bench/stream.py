@@ -15,7 +15,7 @@ Figures and their targets:
 
     plain   cat big | zotsink out.txt                   vs cat big | cat >> out   >= 0.9
     tsv     cat big | zotsink --columns a,b,c out.tsv   vs cat big | cat >> out   >= 0.8
-    stamp   cat big | zotsink --stamp out.tsv           vs cat big | zotsink out  >= 0.8
+    stamp   cat big | zotsink --stamp out.txt           vs cat big | zotsink out  >= 0.8
     kv      cat big | zotsink --kv out.tsv              vs cat big | zotsink out  (reported)
 
 ``--root DIR`` measures the zotsink tree in DIR (e.g. a copy with a change to try). The
@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cat,
             "tsv",
         ),
-        "stamp": (("zotsink --stamp out.tsv", [*z, "--stamp"], ".tsv"), plain, "plain"),
+        "stamp": (("zotsink --stamp out.txt", [*z, "--stamp"], ".txt"), plain, "plain"),
         "kv": (("zotsink --kv out.tsv", [*z, "--kv"], ".tsv"), plain, "kv"),
     }
     subprocess.run(

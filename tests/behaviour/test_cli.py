@@ -105,7 +105,14 @@ def test_lines_pass_bytes_through_and_refuse_nul(tmp_path: Path) -> None:
     r = run(str(out), input=data)
     assert r.returncode == 1
     assert out.read_bytes() == b"caf\xe9 \xff\r\nok\nlast\n"
-    assert (tmp_path / "o.txt.rejects").read_bytes() == b"line 3: NUL byte\tnul\0here\n"
+    # Plain lines are not counted as they pass: the refused one is named by its first byte.
+    assert (tmp_path / "o.txt.rejects").read_bytes() == b"byte 12: NUL byte\tnul\0here\n"
+    r = run("--count-lines", "-v", str(out), input=b"a\nb\0\n")
+    assert r.returncode == 1
+    assert (tmp_path / "o.txt.rejects").read_bytes().endswith(b"\nline 2: NUL byte\tb\0\n")
+    assert b"1 records appended to" in r.stderr
+    r = run("-v", str(out), input=b"a\nb\n")
+    assert r.returncode == 0 and b"4 bytes appended to" in r.stderr
 
 
 def test_empty_stdin_writes_nothing_and_succeeds(tmp_path: Path) -> None:

@@ -63,10 +63,7 @@ def bash_complete(words: list[str], cwd: Path) -> list[str]:
 
 
 def fish_complete(line: str, cwd: Path) -> list[str]:
-    script = (
-        "_ZOTSINK_COMPLETE=fish_source zotsink | source\n"
-        f"complete -C {fish_quote(line)}\n"
-    )
+    script = f"_ZOTSINK_COMPLETE=fish_source zotsink | source\ncomplete -C {fish_quote(line)}\n"
     r = subprocess.run(
         [need("fish"), "--no-config", "-c", script], cwd=cwd, env=env(), capture_output=True,
         text=True, timeout=60,

@@ -142,7 +142,7 @@ def test_rejects_planted_by_another_user_do_not_receive_records(
     assert rejects.read_bytes() == b""
     assert out.read_bytes() == b"good\n"
     saved = list(shared.glob("out.txt.rejects.spill.*"))
-    assert [p.read_bytes() for p in saved] == [b"line 2: NUL byte\tbad\0line\n"]
+    assert [p.read_bytes() for p in saved] == [b"byte 6: NUL byte\tbad\0line\n"]
 
 
 # -- the Python API ------------------------------------------------------------------------------

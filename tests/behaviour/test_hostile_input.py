@@ -41,7 +41,7 @@ def test_nul_byte_is_rejected_and_the_rest_written(tmp_path: Path, zotsink) -> N
     assert r.returncode == 1
     assert no_traceback(r) == f"zotsink: 1 records refused; they are in {out}.rejects\n"
     assert out.read_bytes() == b"one\nthree\n"
-    assert (tmp_path / "out.txt.rejects").read_bytes() == b"line 2: NUL byte\ttw\0o\n"
+    assert (tmp_path / "out.txt.rejects").read_bytes() == b"byte 5: NUL byte\ttw\0o\n"
 
 
 def test_invalid_utf8_and_cr_pass_through_in_lines_mode(tmp_path: Path, zotsink) -> None:
@@ -94,7 +94,7 @@ def test_100_mb_line_without_newline_is_rejected_whole_in_bounded_memory(
     assert proc.wait(timeout=120) == 1
     assert err == f"zotsink: 1 records refused; they are in {out}.rejects\n".encode()
     assert out.read_bytes() == b"first\n"  # not a byte of it split into OUT
-    head = f"line 2: over the {MAX_LINE}-byte line limit\t".encode()
+    head = f"byte 7: over the {MAX_LINE}-byte line limit\t".encode()
     rejects = tmp_path / "out.txt.rejects"
     assert rejects.stat().st_size == len(head) + size + 1
     with open(rejects, "rb") as f:
@@ -131,7 +131,7 @@ def test_over_long_line_between_others_leaves_them_exact(tmp_path: Path, child_e
     rejects = (tmp_path / "out.txt.rejects").read_bytes()
     assert (
         rejects
-        == f"line 2: over the {MAX_LINE}-byte line limit\t".encode()
+        == f"byte 7: over the {MAX_LINE}-byte line limit\t".encode()
         + b"y" * (MAX_LINE + 300_000)
         + b"\n"
     )
@@ -229,7 +229,7 @@ def test_out_symlink_is_followed_but_side_files_stay_beside_the_link(
     assert target.read_bytes() == b"good\n"
     rejects = tmp_path / "out.txt.rejects"
     assert stat.S_ISREG(os.lstat(rejects).st_mode)
-    assert rejects.read_bytes() == b"line 2: NUL byte\tbad\0\n"
+    assert rejects.read_bytes() == b"byte 6: NUL byte\tbad\0\n"
     assert not (tmp_path / "data" / "real.txt.rejects").exists()
 
 

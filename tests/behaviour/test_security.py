@@ -179,7 +179,7 @@ def test_rejects_never_go_through_a_planted_name(tmp_path: Path, zotsink, plante
         f"zotsink: error: cannot open {rejects} for appending: {why}; the records were saved "
         f"to {saved}\n"
     )
-    assert saved.read_bytes() == b"line 2: NUL byte\tbad\0\n"
+    assert saved.read_bytes() == b"byte 6: NUL byte\tbad\0\n"
     assert mode(saved) == 0o640  # OUT's, not the planted file's
     assert out.read_bytes() == b"good\n"
     if planted == "symlink":

@@ -142,7 +142,7 @@ def test_sigterm_during_an_over_long_line_flushes_earlier_records_and_stops(
     finally:
         os.close(w)
     assert out.read_bytes() == b"first\n"
-    reason = f"line 2: incomplete at stop (over the {MAX_LINE}-byte line limit)\t".encode()
+    reason = f"byte 7: incomplete at stop (over the {MAX_LINE}-byte line limit)\t".encode()
     rejects = tmp_path / "out.txt.rejects"
     assert rejects.stat().st_size == len(reason) + len(head) + 1
     with open(rejects, "rb") as f:
@@ -175,7 +175,7 @@ def test_stop_mid_line_sends_the_part_to_rejects(
     finally:
         os.close(w)
     assert out.read_bytes() == b"a\t12345\n"
-    assert (tmp_path / "out.tsv.rejects").read_bytes() == b"line 2: incomplete at stop\tb\t12\n"
+    assert (tmp_path / "out.tsv.rejects").read_bytes() == b"byte 9: incomplete at stop\tb\t12\n"
     assert err == (
         f"zotsink: 1 records refused; they are in {out}.rejects\n"
         f"zotsink: stopped by {sig.name} after writing everything read\n"

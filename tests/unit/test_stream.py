@@ -19,6 +19,7 @@ from zotsink._input import (
     MAX_BATCH_BYTES,
     MAX_FLUSH_INTERVAL,
     MAX_TIMEOUT,
+    UNCOUNTED,
     BlockEncoder,
     check_not_out,
     check_options,
@@ -197,8 +198,10 @@ LINE = st.lists(
 ).map(b"".join)
 
 
-def _blocks(fmt: str, columns: list[str] | None, stamp: tuple[str, ...]) -> BlockEncoder:
-    return BlockEncoder(Encoder(fmt, columns, stamp), None)
+def _blocks(
+    fmt: str, columns: list[str] | None, stamp: tuple[str, ...], count: bool = True
+) -> BlockEncoder:
+    return BlockEncoder(Encoder(fmt, columns, stamp), None, count)
 
 
 @settings(max_examples=300, deadline=None)
@@ -207,18 +210,36 @@ def _blocks(fmt: str, columns: list[str] | None, stamp: tuple[str, ...]) -> Bloc
     fmt=st.sampled_from(["tsv", "csv", "lines"]),
     ncols=st.integers(min_value=0, max_value=3),
     stamp=st.sampled_from([(), ("host", "pid")]),
+    count=st.booleans(),
 )
 def test_fast_block_checks_agree_with_line_by_line(
-    lines: list[bytes], fmt: str, ncols: int, stamp: tuple[str, ...]
+    lines: list[bytes], fmt: str, ncols: int, stamp: tuple[str, ...], count: bool
 ) -> None:
     columns = [f"c{i}" for i in range(ncols)] or None
     block = b"".join(ln + b"\n" for ln in lines if b"\n" not in ln)
-    fast, slow = _blocks(fmt, columns, stamp), _blocks(fmt, columns, stamp)
+    fast, slow = _blocks(fmt, columns, stamp, count), _blocks(fmt, columns, stamp, count)
     data, n = fast.encode(block)
-    want, m = slow._encode_lines(block)
-    assert (bytes(data), n) == (want, m)
+    want, m = slow._encode_lines(block, 0)
+    assert bytes(data) == want
+    if n == UNCOUNTED:  # plain lines passed through: only where no line was refused
+        assert not fast.numbered and not slow.rejects and m == len(lines)
+    else:
+        assert n == m
     assert fast.rejects == slow.rejects
-    assert fast.line_no == slow.line_no == len(lines)
+    assert fast.offset == len(block)
+    if fast.numbered:
+        assert fast.line_no == slow.line_no == len(lines)
+
+
+def test_refused_lines_are_named_by_input_byte_where_lines_are_not_counted() -> None:
+    plain, counted = _blocks("lines", None, (), False), _blocks("lines", None, (), True)
+    for enc in (plain, counted):
+        assert enc.encode(b"ab\ncd\n") == (b"ab\ncd\n", UNCOUNTED if enc is plain else 2)
+        data, n = enc.encode(b"ok\nn\0l\nend\n")
+        assert (bytes(data), n) == (b"ok\nend\n", 2)
+    assert plain.rejects == [("byte 10: NUL byte", b"n\0l")]  # `tail -c +10` starts there
+    assert counted.rejects == [("line 4: NUL byte", b"n\0l")]
+    assert plain.offset == counted.offset == 17
 
 
 def test_a_block_read_from_the_buffer_passes_through_as_a_view() -> None:
@@ -241,7 +262,15 @@ def test_append_stream_reports_records_and_an_unterminated_last_line(tmp_path: P
     finally:
         os.close(r)
     assert out.read_bytes() == b"one\ntwo\nthree\n"
-    assert (rep.records, rep.rejected, rep.spilled, rep.unterminated) == (3, 0, 0, True)
+    # plain lines pass through uncounted: the report gives bytes, not records
+    assert (rep.records, rep.appended, rep.rejected, rep.spilled) == (None, 14, 0, 0)
+    assert rep.unterminated
+    r, _ = _pipe(b"four\nfive")
+    try:
+        rep = append_stream(out, r, count=True)
+    finally:
+        os.close(r)
+    assert (rep.records, rep.appended, rep.unterminated) == (2, 10, True)
 
 
 def test_an_error_after_reading_saves_what_was_held(

@@ -148,7 +148,7 @@ class Writer:
         self.close()
 
     # -- the append path -----------------------------------------------------------------
-    def append(self, data: bytes, *, timeout: float) -> int:
+    def append(self, data: bytes | memoryview, *, timeout: float) -> int:
         """Append ``data`` (whole lines) to OUT under the lock; the bytes written.
 
         Waits up to ``timeout`` seconds for the lock. Raises :class:`LockTimeout`,
@@ -193,7 +193,7 @@ class Writer:
         self.locker = Locker(self.locker.requested, self.path)
         self._forked = False
 
-    def _append(self, data: bytes | Iterator[bytes], timeout: float) -> int:
+    def _append(self, data: bytes | memoryview | Iterator[bytes], timeout: float) -> int:
         if self._forked:
             self._after_fork()
         held, self._held = self._held, None  # open_locked owns it until it returns
@@ -217,7 +217,7 @@ class Writer:
             self.locker.release()
 
     def _write_locked(
-        self, fd: int, st: os.stat_result, size: int, data: bytes | Iterator[bytes]
+        self, fd: int, st: os.stat_result, size: int, data: bytes | memoryview | Iterator[bytes]
     ) -> int:
         ident = (st.st_dev, st.st_ino)
         if self._prepare is not None and isinstance(data, bytes):
@@ -250,8 +250,8 @@ class Writer:
                 and os.pread(fd, 1, size - 1) not in (b"\n", b"")
             ):
                 prefix = b"\n"
-        pieces: Iterator[bytes] | list[bytes]
-        if isinstance(data, bytes):
+        pieces: Iterator[bytes] | list[bytes | memoryview]
+        if isinstance(data, (bytes, memoryview)):
             pieces = [prefix + data if prefix else data]
         else:
             pieces = _chain(prefix, data)

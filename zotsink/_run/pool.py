@@ -205,7 +205,7 @@ class Pool:
         env = {**self.env, TASKNUM_VAR: str(task.num)}
         tpl = self.template
         enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum stamp
-        proc = _Proc(task, attempt, BlockEncoder(enc, self.kv))
+        proc = _Proc(task, attempt, BlockEncoder(enc, self.kv, count=True))
         self.procs.append(proc)
         self.started += 1
         try:

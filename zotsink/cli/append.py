@@ -33,6 +33,12 @@ from ._common import (
 @click.option(
     "--whole", is_flag=True, help="Buffer all of stdin and append it as one block at the end."
 )
+@click.option(
+    "--count-lines",
+    is_flag=True,
+    help="Count lines that pass through unchanged, to name refused ones by line number "
+    "(else by input byte) and report records with -v; costs about half the speed.",
+)
 @quiet_option
 @verbose_option
 def append_cmd(
@@ -48,6 +54,7 @@ def append_cmd(
     batch_bytes: int,
     flush_interval: float,
     whole: bool,
+    count_lines: bool,
     quiet: bool,
     verbose: int,
 ) -> None:
@@ -75,6 +82,7 @@ def append_cmd(
         batch_bytes=batch_bytes,
         flush_interval=flush_interval,
         whole=whole,
+        count=count_lines,
     )
     if records:
         data = b"".join(os.fsencode(r) + b"\n" for r in records)
@@ -130,7 +138,8 @@ def _report(out: str, r: object) -> int:
         )
     if r.unterminated:
         say("note: the input did not end with a newline; one was added")
-    say(f"{r.records} records appended to {out} (lock wait {r.lock_wait:.3f} s)", level=1)
+    done = f"{r.appended} bytes" if r.records is None else f"{r.records} records"
+    say(f"{done} appended to {out} (lock wait {r.lock_wait:.3f} s)", level=1)
     if r.signal is not None:
         import signal as _signal
 
