@@ -8,7 +8,6 @@ starts once per job-array task, so start-up time is paid thousands of times.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
@@ -45,9 +44,15 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         spec = COMMANDS.get(cmd_name)
-        if spec is None or not _exists(spec[0]):
+        if spec is None:
             return None
-        return getattr(importlib.import_module(spec[0]), spec[1])
+        try:
+            module = importlib.import_module(spec[0])
+        except ModuleNotFoundError as e:
+            if e.name != spec[0]:
+                raise  # the command is there but something it needs is not: say so
+            return None  # a build without this command
+        return getattr(module, spec[1])
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(n, COMMANDS[n][2]) for n in self.list_commands(ctx)]
@@ -99,6 +104,9 @@ def _refuse_typo(word: str) -> None:
 
 
 def _exists(module: str) -> bool:
+    # for --help and completion only: importlib.util costs a one-record task 3 ms
+    import importlib.util
+
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
