@@ -137,6 +137,37 @@ def test_over_long_line_between_others_leaves_them_exact(tmp_path: Path, child_e
     )
 
 
+@pytest.mark.parametrize("count", [False, True], ids=["by-byte", "by-line"])
+def test_places_of_refused_lines_stay_exact_past_an_over_long_line(
+    tmp_path: Path, child_env, count: bool
+) -> None:
+    """Each refused line is named where it is in the input, after a long line too: by its
+    first byte where lines are not counted, by its number with --count-lines."""
+    long = b"y" * (MAX_LINE + 10)
+    src = tmp_path / "in"
+    src.write_bytes(b"a\n" + long + b"\nb\0\nc\n" + b"z" * 5000 + b"\n" + b"d\0\n")
+    out = tmp_path / "out.txt"
+    with open(src, "rb") as f:
+        r = subprocess.run(
+            [sys.executable, "-m", "zotsink", *(["--count-lines"] if count else []), str(out)],
+            stdin=f,
+            capture_output=True,
+            env=child_env(),
+        )
+    assert r.returncode == 1, r.stderr
+    assert out.read_bytes() == b"a\nc\n" + b"z" * 5000 + b"\n"
+    lines = (tmp_path / "out.txt.rejects").read_bytes().split(b"\n")[:-1]
+    where = [ln.split(b":")[0].decode() for ln in lines]
+    nul_b = 2 + len(long) + 1  # offset of "b\0" (0-based)
+    nul_d = nul_b + 3 + 2 + 5001
+    if count:
+        assert where == ["line 2", "line 3", "line 6"]
+    else:
+        assert where == ["byte 3", f"byte {nul_b + 1}", f"byte {nul_d + 1}"]
+        data = src.read_bytes()  # `tail -c +N` starts at the refused line
+        assert [data[int(w.split()[1]) - 1 :][:2] for w in where] == [b"yy", b"b\0", b"d\0"]
+
+
 def test_empty_stdin_succeeds_quietly(tmp_path: Path, zotsink) -> None:
     r = zotsink(tmp_path / "out.txt", input=b"")
     assert (r.returncode, r.stderr) == (0, b"")
