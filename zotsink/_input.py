@@ -28,7 +28,7 @@ from ._core.records import MAX_LINE, Encoder, uniform_fields
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
-__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "check_not_out", "check_options"]
+__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "check_not_out", "check_options", "lines_of"]
 
 #: The largest values the engine takes (the CLI refuses larger ones with the same limits):
 #: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
@@ -71,6 +71,12 @@ def check_not_out(infd: int, out: str) -> None:
             f"standard input is {out} itself: its records would be appended to it again "
             f"without end; read from a copy (cp {out} {out}.copy)"
         )
+
+
+def lines_of(data: bytes | memoryview, n: int) -> int:
+    """``n``, or the lines of ``data`` when they were not counted (:data:`UNCOUNTED`): for
+    lines that went elsewhere than OUT, which the user is told in records."""
+    return bytes(data).count(b"\n") if n == UNCOUNTED else n
 
 
 class BlockEncoder:

@@ -28,7 +28,7 @@ from ._core.header import make_encoder
 from ._core.pump import LineReader
 from ._core.records import MAX_LINE, Encoder, format_for
 from ._core.writer import Writer
-from ._input import UNCOUNTED, BlockEncoder, LongLine, check_not_out, check_options
+from ._input import UNCOUNTED, BlockEncoder, LongLine, check_not_out, check_options, lines_of
 from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
 from .errors import (
     HeaderMismatch,
@@ -176,7 +176,7 @@ class _Engine:
             data += b"\n"
         block, n = self._encode(data)
         # Lines given at once are few (command-line arguments): counted, even when plain.
-        self._add((block, block.count(b"\n") if n == UNCOUNTED else n))
+        self._add((block, lines_of(block, n)))
         self.flush()
 
     def pump(self, reader: LineReader) -> None:
@@ -247,20 +247,11 @@ class _Engine:
                 self.raw_since = time.monotonic()
             return
         while r.cut > r.start:
-            stop = self._piece_end(r)
+            stop = r.batch_end(math.inf if self.whole else self.batch.max_bytes)
             self._add(self._encode(bytes(r.view(r.start, stop))))
             r.release(stop)
             if not self.whole and self.batch.due():
                 self.flush()
-
-    def _piece_end(self, r: LineReader) -> int:
-        """Where the next batch of the read buffer's whole lines ends: one batch is about
-        ``batch_bytes`` (a read may bring more), or one line if that is longer."""
-        end = r.start + self.batch.max_bytes
-        if self.whole or end >= r.cut:
-            return r.cut
-        nl = r.buf.rfind(b"\n", r.start, end)
-        return (nl if nl >= 0 else r.buf.find(b"\n", end, r.cut)) + 1
 
     def _finish(self, r: LineReader) -> None:
         stopping = self.signum is not None
@@ -289,7 +280,7 @@ class _Engine:
         """Append everything held (read buffer first, then the batch), and refused lines."""
         r = self.reader
         while r is not None and r.cut > r.start:
-            stop = self._piece_end(r)
+            stop = r.batch_end(math.inf if self.whole else self.batch.max_bytes)
             with r.view(r.start, stop) as view:
                 data, n = self._encode(view, r.buf, r.start)
                 # Lines that pass through are written from the read buffer itself (one
@@ -318,7 +309,7 @@ class _Engine:
                 self.records += n
         except (LockError, WriteError) as e:  # LockTimeout is a LockError
             # Counted now if they were not: what is saved elsewhere is always told in records.
-            self.spilled += _count(data, n)
+            self.spilled += lines_of(data, n)
             if e.spill_path and e.spill_path not in self.spills:
                 self.spills.append(e.spill_path)
             self.error = self.error or e
@@ -327,7 +318,7 @@ class _Engine:
         except HeaderMismatch as e:
             # Nothing was written to OUT; the records went to OUT.rejects.
             self.rejects_file = e.spill_path
-            self.rejected += _count(data, n)
+            self.rejected += lines_of(data, n)
             self.error = self.error or e
 
     def _reject(self, items: list[tuple[str, bytes]], stopping: bool) -> None:
@@ -404,9 +395,3 @@ class _Engine:
             path=out,
             spill_path=note.spill_path if held else None,
         ) from e
-
-
-def _count(data: bytes | memoryview, n: int) -> int:
-    """``n``, or the lines of ``data`` when they were not counted (only when they went
-    somewhere else than OUT, which the user must be told in records)."""
-    return bytes(data).count(b"\n") if n == UNCOUNTED else n
