@@ -201,6 +201,42 @@ def test_reader_paths_give_the_same_table(tmp_path: Path, fork: bool, jobs: int)
     assert b"skipped c3/bin.dat: binary" in r.stderr and b"skipped link: symbolic" in r.stderr
 
 
+FORK_PROBE = r"""
+import _thread, os, sys
+from zotsink import collect
+forks = []
+real_fork = os.fork
+def counting_fork():
+    forks.append(1)
+    return real_fork()
+os.fork = counting_fork
+if sys.argv[3] == "thread":  # a thread Python's threading module does not know of
+    hold = _thread.allocate_lock()
+    hold.acquire()
+    _thread.start_new_thread(hold.acquire, ())
+collect([sys.argv[1]], sys.argv[2])
+print(len(forks))
+"""
+
+
+@pytest.mark.parametrize("thread", [False, True], ids=["alone", "with-a-thread"])
+def test_the_reader_is_forked_only_from_a_single_threaded_process(
+    tmp_path: Path, thread: bool
+) -> None:
+    """Forking a process with another thread can leave a lock held for ever in the child:
+    a thread started outside Python's threading module counts too."""
+    d = tree(tmp_path / "d", [f"f{i}.txt" for i in range(20)])
+    out = tmp_path / "o.tsv"
+    kind = "thread" if thread else "alone"
+    r = subprocess.run(
+        [sys.executable, "-c", FORK_PROBE, str(d), str(out), kind],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("0" if thread else "1")
+    assert len(rows(out)) == 21  # the header and one row a file
+
+
 def test_a_reader_that_dies_is_an_error_not_a_short_table(tmp_path: Path) -> None:
     d = tree(tmp_path / "d", [f"f{i}.txt" for i in range(10)])
     prog = (

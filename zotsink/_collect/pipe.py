@@ -49,9 +49,19 @@ def read_items(
     followed by its name without ``prefix`` (a walk), the path does not cross the pipe.
     A file over ``limit`` bytes is skipped unread.
     """
-    if not read.FORK or not hasattr(os, "fork") or threading.active_count() > 1:
+    if not read.FORK or not hasattr(os, "fork") or not single_threaded():
         return in_process(tasks, jobs, want_stat, limit, prefix)
     return _forked(tasks, jobs, want_stat, what, root, prefix, limit)
+
+
+def single_threaded() -> bool:
+    """Whether this process has one thread, counting those Python did not start (a C
+    library's, or ``_thread``'s): a lock one of them holds at the fork stays held for ever
+    in the child. Linux lists them all in /proc/self/task; elsewhere Python's count."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
 
 
 def _enc(s: str) -> bytes:
