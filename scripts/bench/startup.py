@@ -84,8 +84,10 @@ def main() -> None:
 
     base = statistics.median(times[names[0]])
     print(f"date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
-          f" ({os.cpu_count()} cores); rounds: {args.rounds}, alternating")
+    print(
+        f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+        f" ({os.cpu_count()} cores); rounds: {args.rounds}, alternating"
+    )
     print(f"{'variant':<44} {'median ms':>10} {'min ms':>8} {'ratio':>7}")
     for name in names:
         med = statistics.median(times[name])

@@ -70,8 +70,9 @@ def duckdb_read(path: Path) -> dict[str, object]:
 
 
 def mlr_read(path: Path) -> dict[str, object]:
-    out = subprocess.run(["mlr", "--itsv", "--ojson", "cat", str(path)], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        ["mlr", "--itsv", "--ojson", "cat", str(path)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout)[0]
 
 
