@@ -3,6 +3,7 @@ checks and block encoding (_input), the last resort."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -300,3 +301,28 @@ def test_an_error_after_reading_saves_what_was_held(
     assert spill is not None and Path(spill).read_bytes() == b"one\ntwo\npart\n"
     assert stat.S_IMODE(os.stat(spill).st_mode) == 0o600
     assert not out.exists()
+
+
+def test_a_failed_write_from_the_read_buffer_leaves_it_resizable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batches are written from a view of the read buffer; an error after a short write
+    (ENOSPC) must not leave a view alive in its traceback, or the buffer cannot grow."""
+    from zotsink._core import fileio
+
+    calls: list[int] = []
+
+    def short_then_full(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return 2
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "write", short_then_full)
+    buf = bytearray(b"abcdef\n")
+    with memoryview(buf)[0:7] as view, pytest.raises(OSError) as caught:
+        fileio.write_all(99, view)
+    assert calls == [7, 5]
+    assert caught.value.__traceback__ is not None  # kept, as the engine keeps its error
+    buf += b"more\n"  # BufferError if a view of buf were still exported
+    assert bytes(buf) == b"abcdef\nmore\n"

@@ -33,12 +33,15 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
     done = os.write(fd, data)
     if done == len(data):  # the common case: one call, no view
         return done
-    view = memoryview(data)
-    while done < len(view):
-        n = os.write(fd, view[done:])
-        if n <= 0:  # a regular file never takes 0 bytes of a non-empty write: do not spin
-            raise OSError(errno.EIO, "write returned 0")
-        done += n
+    # Released on the way out, error or not: ``data`` may be a view of a buffer that its
+    # owner must be able to resize later, and an error's traceback would keep this alive.
+    with memoryview(data) as view:
+        while done < len(view):
+            with view[done:] as rest:
+                n = os.write(fd, rest)
+            if n <= 0:  # a regular file never takes 0 bytes of a non-empty write: no spin
+                raise OSError(errno.EIO, "write returned 0")
+            done += n
     return done
 
 
