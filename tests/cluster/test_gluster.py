@@ -288,3 +288,54 @@ def test_cli_api_and_perl_writers_on_two_nodes_lose_and_tear_nothing(
     got = collections.Counter(data.split(b"\n")[:-1])
     assert got == want, f"torn or foreign lines: {list(got - want)[:3]}"
     cluster_report(f"{sum(want.values())} records from 5 mixed writers intact, {took:.1f} s")
+
+
+# One writer process: argv DIR TAG N; says "ready", then for each of N files that do not
+# exist yet waits for "go", appends one record and says "ok" (or the error, and stops).
+CREATOR = r"""
+import sys
+from zotsink import append_record
+out_dir, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+print("ready", flush=True)
+for i in range(n):
+    sys.stdin.readline()
+    try:
+        append_record(f"{out_dir}/new{i:03d}.txt", f"{tag} {i}")
+    except Exception as e:
+        print(f"{type(e).__name__}: {e}", flush=True)
+        sys.exit(1)
+    print("ok", flush=True)
+"""
+
+
+def test_writers_on_two_mounts_creating_the_same_new_out_all_succeed(
+    gluster_dirs, crew, cluster_report
+):
+    """Job-array tasks start together, and the first record of each creates OUT. When a
+    client looks the name up before another client's create and sends its own create
+    after it, GlusterFS answers EEXIST even without O_EXCL: the writer must open the file
+    that is now there, not fail and spill."""
+    n, per_mount = 200, 4
+    t0 = time.monotonic()
+    for k, d in enumerate((gluster_dirs.node1, gluster_dirs.node2)):
+        for i in range(per_mount):
+            crew.start(
+                [sys.executable, "-c", CREATOR, str(d), f"w{k}{i}", str(n)],
+                stderr=subprocess.PIPE,
+            )
+    for i in range(n):  # all at once, file after file: every file is created in a race
+        crew.go()
+        said = [read_line(p.stdout) for p in crew.procs]
+        assert said == [b"ok"] * len(said), (i, [s for s in said if s != b"ok"])
+    assert crew.wait() == [0] * len(crew.procs)
+    writers = 2 * per_mount
+    for i in range(n):
+        want = sorted(f"w{k}{j} {i}".encode() for k in range(2) for j in range(per_mount))
+        size = sum(len(w) + 1 for w in want)
+        data = read_settled(gluster_dirs.reader / f"new{i:03d}.txt", size)
+        assert sorted(data.split(b"\n")[:-1]) == want, i
+    assert not list(gluster_dirs.reader.glob("*.spill.*"))
+    cluster_report(
+        f"{writers} writers on 2 mounts created {n} new files together: all records in, "
+        f"{time.monotonic() - t0:.1f} s"
+    )

@@ -160,3 +160,37 @@ def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch)
         w.append(b"rec\n", timeout=T)
     assert calls and out.read_bytes() == b"rec\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))
+
+
+@pytest.mark.parametrize("races", [1, 7, 8])
+def test_a_create_answered_eexist_opens_the_file_now_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, races: int
+) -> None:
+    """A GlusterFS client can answer EEXIST to O_CREAT without O_EXCL when another client
+    created the file between its lookup and its create: the writer opens it again (up to
+    8 tries), and only a filesystem that keeps saying so is an error."""
+    from zotsink._core import fileio
+
+    out = tmp_path / "out.txt"
+    real_open = os.open
+    left = [races]
+
+    def racing_open(path, flags, mode=0o777, **kw):
+        if path == str(out) and left[0] > 0:
+            left[0] -= 1
+            real_open(path, os.O_WRONLY | os.O_CREAT, 0o644)  # another client created it
+            raise FileExistsError(errno.EEXIST, "File exists")
+        return real_open(path, flags, mode, **kw)
+
+    monkeypatch.setattr(fileio.os, "open", racing_open)
+    w = Writer(str(out), lock="flock", sync="none")
+    try:
+        if races < 8:
+            w.append(b"r\n", timeout=5)
+            assert out.read_bytes() == b"r\n"
+        else:
+            with pytest.raises(WriteError, match="File exists"):
+                w.append(b"r\n", timeout=5)
+            assert out.read_bytes() == b""
+    finally:
+        w.close()

@@ -90,18 +90,28 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     if side_file:
         flags |= os.O_NOFOLLOW
-    elif not _link_allowed(path):
-        raise RefusedFile(
-            errno.EPERM,
-            "it is a symbolic link in a shared sticky directory that belongs to neither you "
-            "nor the directory's owner, so it is not followed; remove it",
-        )
-    try:
-        fd = os.open(path, flags | os.O_RDWR, mode)
-        readable = True
-    except PermissionError:
-        fd = os.open(path, flags | os.O_WRONLY, mode)
-        readable = False
+    for attempt in range(_CREATE_RACE_TRIES):
+        if not side_file and not _link_allowed(path):
+            raise RefusedFile(
+                errno.EPERM,
+                "it is a symbolic link in a shared sticky directory that belongs to neither "
+                "you nor the directory's owner, so it is not followed; remove it",
+            )
+        try:
+            try:
+                fd = os.open(path, flags | os.O_RDWR, mode)
+                readable = True
+            except PermissionError:
+                fd = os.open(path, flags | os.O_WRONLY, mode)
+                readable = False
+            break
+        except FileExistsError:
+            # O_CREAT without O_EXCL: a FUSE client (GlusterFS) that looked the name up
+            # before another client created the file sends its own create after, and the
+            # server answers EEXIST. The file is there now: look it up and open it again
+            # (tasks of one array start together, and the first record creates OUT).
+            if attempt == _CREATE_RACE_TRIES - 1:
+                raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -117,6 +127,10 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
         os.close(fd)
         raise
     return fd, readable
+
+
+#: Opens tried when the filesystem says EEXIST to a create that is not exclusive.
+_CREATE_RACE_TRIES: Final = 8
 
 
 def side_file_problem(st: os.stat_result) -> str | None:
