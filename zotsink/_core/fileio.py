@@ -90,28 +90,18 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     if side_file:
         flags |= os.O_NOFOLLOW
-    for attempt in range(_CREATE_RACE_TRIES):
-        if not side_file and not _link_allowed(path):
-            raise RefusedFile(
-                errno.EPERM,
-                "it is a symbolic link in a shared sticky directory that belongs to neither "
-                "you nor the directory's owner, so it is not followed; remove it",
-            )
-        try:
-            try:
-                fd = os.open(path, flags | os.O_RDWR, mode)
-                readable = True
-            except PermissionError:
-                fd = os.open(path, flags | os.O_WRONLY, mode)
-                readable = False
-            break
-        except FileExistsError:
-            # O_CREAT without O_EXCL: a FUSE client (GlusterFS) that looked the name up
-            # before another client created the file sends its own create after, and the
-            # server answers EEXIST. The file is there now: look it up and open it again
-            # (tasks of one array start together, and the first record creates OUT).
-            if attempt == _CREATE_RACE_TRIES - 1:
-                raise
+    elif not _link_allowed(path):
+        raise RefusedFile(
+            errno.EPERM,
+            "it is a symbolic link in a shared sticky directory that belongs to neither you "
+            "nor the directory's owner, so it is not followed; remove it",
+        )
+    try:
+        fd = open_created(path, flags | os.O_RDWR, mode)
+        readable = True
+    except PermissionError:
+        fd = open_created(path, flags | os.O_WRONLY, mode)
+        readable = False
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -131,6 +121,24 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
 
 #: Opens tried when the filesystem says EEXIST to a create that is not exclusive.
 _CREATE_RACE_TRIES: Final = 8
+
+
+def open_created(path: str, flags: int, mode: int) -> int:
+    """``os.open`` with ``O_CREAT`` (not ``O_EXCL``), robust to a create race.
+
+    A FUSE client (GlusterFS) that looked the name up before another client created the
+    file sends its own create after, and the server answers EEXIST even though the open
+    was not exclusive. The file is there now: the open is tried again, which looks it up
+    (tasks of one array start together, and the first record creates OUT). Raises the
+    last ``OSError``.
+    """
+    for attempt in range(_CREATE_RACE_TRIES):
+        try:
+            return os.open(path, flags, mode)
+        except FileExistsError:
+            if flags & os.O_EXCL or attempt == _CREATE_RACE_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def side_file_problem(st: os.stat_result) -> str | None:

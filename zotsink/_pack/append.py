@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
-from .._core.fileio import write_all
+from .._core.fileio import open_created, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
@@ -256,7 +256,7 @@ def _save(path: str, e: ZotsinkError, blob: bytes) -> None:
 
 
 def _open_index(path: str, mode: int) -> int:
-    return os.open(
+    return open_created(
         index_path(path),
         os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
         mode,

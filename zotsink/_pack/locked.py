@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Iterator
 
+from .._core.fileio import open_created
 from .._core.locking import Locker, open_locked
 from ..errors import WriteError
 
@@ -27,7 +28,7 @@ def locked_archive(
     def opener() -> int:
         flags = os.O_RDONLY if shared else os.O_RDWR | os.O_APPEND | os.O_CREAT
         try:
-            fd = os.open(path, flags | os.O_CLOEXEC, 0o666)
+            fd = open_created(path, flags | os.O_CLOEXEC, 0o666)
         except OSError as e:
             doing = "reading" if shared else "appending"
             raise WriteError(

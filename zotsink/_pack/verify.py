@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .._core.fileio import fresh_stat, fsync_dir, write_all
+from .._core.fileio import fresh_stat, fsync_dir, open_created, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from ..errors import InputError
@@ -168,7 +168,7 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
         fsync_dir(os.path.dirname(os.path.abspath(dest)))
         notes.append(f"kept the {size - offset} bytes from offset {offset} in {dest}")
 
-    idx_fd = os.open(
+    idx_fd = open_created(
         index_path(path), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode
     )
     try:
