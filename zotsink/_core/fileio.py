@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -129,8 +130,9 @@ def open_created(path: str, flags: int, mode: int) -> int:
     A FUSE client (GlusterFS) that looked the name up before another client created the
     file sends its own create after, and the server answers EEXIST even though the open
     was not exclusive. The file is there now: the open is tried again, which looks it up
-    (tasks of one array start together, and the first record creates OUT). Raises the
-    last ``OSError``.
+    (tasks of one array start together, and the first record creates OUT), after a pause
+    that doubles from 1 ms (about a quarter of a second in all) in case the client still
+    holds the name's old lookup. Raises the last ``OSError``.
     """
     for attempt in range(_CREATE_RACE_TRIES):
         try:
@@ -138,6 +140,7 @@ def open_created(path: str, flags: int, mode: int) -> int:
         except FileExistsError:
             if flags & os.O_EXCL or attempt == _CREATE_RACE_TRIES - 1:
                 raise
+        time.sleep(0.001 * 2**attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
