@@ -199,10 +199,15 @@ def test_lock_held_through_one_mount_times_zotsink_out_on_the_other(gluster_dirs
 def four_writers(dirs, crew: Crew, name: str, mode: str, sync: str, n: int) -> tuple[list, float]:
     """Two writers on each writer mount, n records each; the lines read via the reader."""
     for tag, node in (("a", dirs.node1), ("b", dirs.node1), ("c", dirs.node2), ("d", dirs.node2)):
-        crew.start([sys.executable, "-c", WRITER, str(node / name), tag, str(n), mode, sync])
+        crew.start(
+            [sys.executable, "-c", WRITER, str(node / name), tag, str(n), mode, sync],
+            stderr=subprocess.PIPE,
+        )
     t0 = time.monotonic()
     crew.go()
-    assert crew.wait() == [0, 0, 0, 0]
+    codes = crew.wait()
+    # what a writer said is the only account of why it failed: keep it in the failure
+    assert codes == [0, 0, 0, 0], [p.stderr.read().decode()[-2000:] for p in crew.procs]
     took = time.monotonic() - t0
     crew.reap()
     crew.procs, crew.gates = [], []
