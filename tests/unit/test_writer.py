@@ -194,3 +194,20 @@ def test_a_create_answered_eexist_opens_the_file_now_there(
             assert out.read_bytes() == b""
     finally:
         w.close()
+
+
+def test_the_prepare_hook_sees_a_block_given_as_a_view(tmp_path: Path) -> None:
+    """The stream hands batches as views of its read buffer: a prepare hook must still see
+    each one (as bytes), not be skipped."""
+    out = tmp_path / "out.txt"
+    seen: list[object] = []
+
+    def upper(fd: int, st: os.stat_result, data: bytes) -> bytes:
+        seen.append(type(data))
+        return data.upper()
+
+    buf = bytearray(b"xxab\ncd\nyy")
+    with Writer(str(out), lock="flock", sync="none", prepare=upper) as w, memoryview(buf) as v:
+        assert w.append(v[2:8], timeout=5) == 6
+    assert seen == [bytes]
+    assert out.read_bytes() == b"AB\nCD\n"

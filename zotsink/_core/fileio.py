@@ -131,7 +131,7 @@ def open_created(path: str, flags: int, mode: int) -> int:
     file sends its own create after, and the server answers EEXIST even though the open
     was not exclusive. The file is there now: the open is tried again, which looks it up
     (tasks of one array start together, and the first record creates OUT), after a pause
-    that doubles from 1 ms (about a quarter of a second in all) in case the client still
+    that doubles from 1 ms (0.127 s in all over the 8 tries) in case the client still
     holds the name's old lookup. Raises the last ``OSError``.
     """
     for attempt in range(_CREATE_RACE_TRIES):

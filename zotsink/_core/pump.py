@@ -114,11 +114,11 @@ class LineReader:
     def batch_end(self, size: float) -> int:
         """Where the next batch of whole lines ends: after about ``size`` bytes (a read may
         bring more), or after one line if that is longer."""
-        end = self.start + size
-        if end >= self.cut:
+        if self.start + size >= self.cut:  # size may be infinite: --whole
             return self.cut
-        nl = self.buf.rfind(b"\n", self.start, int(end))
-        return (nl if nl >= 0 else self.buf.find(b"\n", int(end), self.cut)) + 1
+        end = self.start + int(size)
+        nl = self.buf.rfind(b"\n", self.start, end)
+        return (nl if nl >= 0 else self.buf.find(b"\n", end, self.cut)) + 1
 
     def take_tail(self) -> bytes:
         """The unterminated tail, removed from the buffer (the last line, at end of input

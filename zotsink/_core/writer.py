@@ -220,8 +220,9 @@ class Writer:
         self, fd: int, st: os.stat_result, size: int, data: bytes | memoryview | Iterator[bytes]
     ) -> int:
         ident = (st.st_dev, st.st_ino)
-        if self._prepare is not None and isinstance(data, bytes):
-            data = self._prepare(fd, st, data)
+        if self._prepare is not None and isinstance(data, (bytes, memoryview)):
+            # the hook sees every block it is given, a view of a read buffer too
+            data = self._prepare(fd, st, bytes(data))
             if not data:
                 return 0
         prefix = b""
