@@ -24,7 +24,8 @@ from typing import IO, Final
 
 from ._core import sidefiles
 from ._core.kv import parse_kv
-from ._core.records import MAX_LINE, Encoder, uniform_fields
+from ._core.pump import pad_heap
+from ._core.records import MAX_LINE, Encoder, count_newlines, uniform_fields
 from ._core.stamp import utc_now
 from .errors import RecordError, UsageError
 
@@ -73,10 +74,14 @@ def check_not_out(infd: int, out: str) -> None:
         )
 
 
+#: Input bytes after which a stream that allocates per batch asks for a padded heap.
+PAD_AFTER: Final = 16 << 20
+
+
 def lines_of(data: bytes | memoryview, n: int) -> int:
     """``n``, or the lines of ``data`` when they were not counted (:data:`UNCOUNTED`): for
     lines that went elsewhere than OUT, which the user is told in records."""
-    return bytes(data).count(b"\n") if n == UNCOUNTED else n
+    return count_newlines(data) if n == UNCOUNTED else n
 
 
 class BlockEncoder:
@@ -98,6 +103,7 @@ class BlockEncoder:
         self.line_no = 0  # lines seen so far, when numbered
         self.offset = 0  # input bytes before the next block
         self.rejects: list[tuple[str, bytes]] = []
+        self.padded = False  # pad_heap() was called: after PAD_AFTER bytes of numbered lines
 
     def place(self, start: int) -> str:
         """The name of a refused line that starts at input offset ``start`` (0-based):
@@ -121,6 +127,9 @@ class BlockEncoder:
         when lines are not numbered); refused lines are set aside in self.rejects.
         ``buf``/``at``: where the block lies in the read buffer, so that searching it
         copies nothing."""
+        if self.offset >= PAD_AFTER and self.numbered and not self.padded:
+            self.padded = True  # counting, checking and stamping allocate a block a batch
+            pad_heap()
         src = buf if buf is not None else block
         end = at + len(block)
         start = self.offset
@@ -142,26 +151,27 @@ class BlockEncoder:
                     return block, n
             elif not self.check or self._fast_count(src, at, end) >= 0:
                 prefix = self.enc.stamp_prefix(utc_now() if self.stamp_time else None)
-                # One C-speed replace stamps every line (the same bytes as line by line):
-                # the prefix after each newline, then moved from the end to the front. The
-                # growth gives the line count, so the block is not counted a second time.
-                stamped = memoryview(bytes(block).replace(b"\n", b"\n" + prefix))
-                n = (len(stamped) - len(block)) // len(prefix)
+                # One C-speed replace stamps every line (the same bytes as line by line).
+                # The block is copied once with a newline in front, so the prefix lands
+                # before every line; a view leaves out the leading newline and the prefix
+                # after the last line (no copy). The growth gives the line count.
+                stamped = (b"\n" + block).replace(b"\n", b"\n" + prefix)
+                n = (len(stamped) - len(block) - 1) // len(prefix) - 1
                 self.line_no += n
-                return prefix + stamped[: len(stamped) - len(prefix)], n
+                return memoryview(stamped)[1 : len(stamped) - len(prefix)], n
         return self._encode_lines(bytes(block), start)
 
     def _fast_count(self, src: bytes | bytearray | memoryview, at: int, end: int) -> int:
         """The block's line count when every line has the header's field count (or no
         check applies); -1 when some line may not: then each line is checked."""
         if not self.check:
-            return src.count(b"\n", at, end)
+            return count_newlines(src, at, end)
         cols = self.enc.columns
         if self.enc.fmt == "csv":
             if src.find(b'"', at, end) >= 0 or src.find(b"\r", at, end) >= 0:
                 return -1  # quoting or a CR: only the csv module can say
             if cols is None:
-                return src.count(b"\n", at, end)  # no quote: each line is one record
+                return count_newlines(src, at, end)  # no quote: each line is one record
             if src.find(b"\n\n", at, end) >= 0 or src[at : at + 1] == b"\n":
                 return -1  # an empty line has no field at all
             sep = b","

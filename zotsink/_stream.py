@@ -158,7 +158,9 @@ class _Engine:
         self.stopper = stopper
         self.whole = whole
         self.batch = Batch(batch_bytes, math.inf if whole else interval)
-        self.raw = kv is None and not enc.stamp  # lines pass through: they wait in the buffer
+        # Lines wait in the read buffer until their batch is due, then are checked and
+        # stamped (one time: when appended) as one block. key:value lines are parsed at once.
+        self.raw = kv is None
         self.blocks = BlockEncoder(enc, kv, count)
         self.reader: LineReader | None = None
         self.raw_since = 0.0  # when the oldest line waiting in the read buffer came
@@ -241,14 +243,15 @@ class _Engine:
                 self.long.add(head)
 
     def _take_ready(self, r: LineReader) -> None:
-        """New whole lines: encoded now when they are rewritten, else left in the buffer."""
+        """New whole lines: parsed now when they are key:value, else left in the buffer."""
         if self.raw:
             if r.cut > r.start and not self.raw_since:
                 self.raw_since = time.monotonic()
             return
         while r.cut > r.start:
             stop = r.batch_end(math.inf if self.whole else self.batch.max_bytes)
-            self._add(self._encode(bytes(r.view(r.start, stop))))
+            with r.view(r.start, stop) as view:
+                self._add(self._encode(view, r.buf, r.start))  # parsed: new bytes, no view
             r.release(stop)
             if not self.whole and self.batch.due():
                 self.flush()
@@ -271,7 +274,7 @@ class _Engine:
                 self._take_ready(r)
         self.flush(stopping)
 
-    def _add(self, encoded: tuple[bytes, int]) -> None:
+    def _add(self, encoded: tuple[bytes | memoryview, int]) -> None:
         data, n = encoded
         if n:
             self.batch.add(data, n)

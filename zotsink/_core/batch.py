@@ -18,14 +18,15 @@ NO_DEADLINE: Final = None
 
 
 class Batch:
-    """Encoded lines (bytes, each ending in a newline) waiting to be appended together."""
+    """Encoded lines (bytes or a view of bytes, each ending in a newline) waiting to be
+    appended together."""
 
     __slots__ = ("_count", "_oldest", "_parts", "_size", "max_age", "max_bytes")
 
     def __init__(self, max_bytes: int, max_age: float) -> None:
         self.max_bytes = max_bytes
         self.max_age = max_age
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
         self._count = 0
         self._oldest = 0.0
@@ -46,7 +47,7 @@ class Batch:
         """When the oldest record was added (``time.monotonic``); infinity when empty."""
         return self._oldest if self._parts else float("inf")
 
-    def add(self, data: bytes, count: int, now: float | None = None) -> bool:
+    def add(self, data: bytes | memoryview, count: int, now: float | None = None) -> bool:
         """Buffer ``count`` records encoded as ``data``; whether the batch is now due."""
         if not data:
             return self.due(now)
@@ -74,14 +75,14 @@ class Batch:
         now = time.monotonic() if now is None else now
         return max(0.0, self._oldest + self.max_age - now)
 
-    def take(self) -> tuple[bytes, int]:
+    def take(self) -> tuple[bytes | memoryview, int]:
         """Everything buffered as one block and its record count; the batch is then empty."""
         data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
         count = self._count
         self._parts, self._size, self._count = [], 0, 0
         return data, count
 
-    def put_back(self, data: bytes, count: int) -> None:
+    def put_back(self, data: bytes | memoryview, count: int) -> None:
         """Return a block that :meth:`take` gave out, ahead of anything buffered since."""
         if not data:
             return

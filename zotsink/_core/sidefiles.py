@@ -253,7 +253,7 @@ def save(writer: Writer, error: ZotsinkError, data: bytes) -> None:
     error.message += f"; the records were saved to {error.spill_path}"
 
 
-def append_or_save(writer: Writer, data: bytes, timeout: float) -> int:
+def append_or_save(writer: Writer, data: bytes | memoryview, timeout: float) -> int:
     """``writer.append(data)``, and when it fails, the batch saved where the user will look.
 
     A header mismatch sends the records to OUT.rejects (the records are fine, OUT is the
@@ -266,7 +266,7 @@ def append_or_save(writer: Writer, data: bytes, timeout: float) -> int:
     try:
         return writer.append(data, timeout=timeout)
     except HeaderMismatch as e:
-        lines = data.splitlines()
+        lines = bytes(data).splitlines()  # a stamped block comes as a view
         e.spill_path = reject(
             writer.path,
             (("header mismatch", ln) for ln in lines),
@@ -276,7 +276,7 @@ def append_or_save(writer: Writer, data: bytes, timeout: float) -> int:
         e.message += f"; the {len(lines)} records were saved to {e.spill_path}"
         raise
     except (LockError, WriteError) as e:  # LockTimeout is a LockError
-        save(writer, e, data)
+        save(writer, e, bytes(data))
         raise
 
 

@@ -32,7 +32,7 @@ class Outlet:
         self.rejects_file: str | None = None
         self.error: Exception | None = None  # the first LockError/WriteError/HeaderMismatch
 
-    def add(self, data: bytes, count: int, timeout: float) -> None:
+    def add(self, data: bytes | memoryview, count: int, timeout: float) -> None:
         if data and self.batch.add(data, count):
             self.flush(timeout)
 
