@@ -206,6 +206,26 @@ def test_stamped_blocks_match_line_by_line_stamping(tmp_path: Path) -> None:
     assert fast.read_bytes().split(b"\n")[7] == b"9\t4\trec 7\tx\r"
 
 
+def test_a_big_stamped_or_counted_stream_keeps_every_line_and_its_count(tmp_path: Path) -> None:
+    # Past 16 MiB a rewriting stream pads the heap and stamps whole batches: every line is
+    # still there once, stamped, in order; counted lines (long ones, counted by deleting
+    # newlines) are the true count.
+    env = {"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4"}
+    lines = [b"%08d %s" % (i, b"v" * (i % 97)) for i in range(400_000)]
+    data = b"\n".join(lines) + b"\n"
+    assert len(data) > 20 << 20
+    out = tmp_path / "o.txt"
+    r = run("-v", "--stamp", "job,task", str(out), input=data, env=env)
+    assert r.returncode == 0, r.stderr
+    assert b"400000 records appended" in r.stderr
+    assert out.read_bytes() == b"".join(b"9\t4\t" + ln + b"\n" for ln in lines)
+    counted = tmp_path / "c.txt"
+    r = run("-v", "--count-lines", str(counted), input=data)
+    assert r.returncode == 0, r.stderr
+    assert b"400000 records appended" in r.stderr
+    assert counted.read_bytes() == data
+
+
 def test_stamp_into_a_headerless_tsv_is_refused_with_the_way_out(tmp_path: Path) -> None:
     out = tmp_path / "o.tsv"
     r = run("--stamp", "host", str(out), input=b"v\n")
