@@ -17,6 +17,7 @@ Figures and their targets:
     tsv     cat big | zotsink --columns a,b,c out.tsv   vs cat big | cat >> out   >= 0.8
     stamp   cat big | zotsink --stamp out.txt           vs cat big | zotsink out  >= 0.8
     kv      cat big | zotsink --kv out.tsv              vs cat big | zotsink out  (reported)
+    count   cat big | zotsink --count-lines out.txt     vs cat big | zotsink out  (reported)
 
 ``--root DIR`` measures the zotsink tree in DIR (e.g. a copy with a change to try). The
 script prints numbers and never asserts a speed.
@@ -75,7 +76,9 @@ def pipeline(
         with open(out, "ab") as sink:
             cons = subprocess.Popen(["cat"], stdin=prod.stdout, stdout=sink)
     else:
-        cons = subprocess.Popen([*consumer, str(out)], stdin=prod.stdout, env=env)
+        # Run from OUT's directory: ``python -m`` puts the working directory first on
+        # sys.path, and a zotsink tree there would win over the one PYTHONPATH names.
+        cons = subprocess.Popen([*consumer, str(out)], stdin=prod.stdout, env=env, cwd=out.parent)
     assert prod.stdout is not None
     prod.stdout.close()
     _pid, status, usage = os.wait4(cons.pid, 0)
@@ -146,8 +149,8 @@ def figure(
     }
 
 
-FIGURES = ("plain", "tsv", "stamp", "kv")
-TARGETS = {"plain": 0.9, "tsv": 0.8, "stamp": 0.8, "kv": None}
+FIGURES = ("plain", "tsv", "stamp", "kv", "count")
+TARGETS = {"plain": 0.9, "tsv": 0.8, "stamp": 0.8, "kv": None, "count": None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         "stamp": (("zotsink --stamp out.txt", [*z, "--stamp"], ".txt"), plain, "plain"),
         "kv": (("zotsink --kv out.tsv", [*z, "--kv"], ".tsv"), plain, "kv"),
+        "count": (("zotsink --count-lines out", [*z, "--count-lines"], ".txt"), plain, "plain"),
     }
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", str(args.root / "zotsink")], check=True
@@ -190,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"# {len(figs)} figures x {sizes} lines of {WIDTH} bytes, {runs} alternating runs each")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        d = Path(tmp)
+        d = Path(tmp).resolve()
         for lines in sizes:
             for name in figs:
                 a, b, kind = sides[name]
