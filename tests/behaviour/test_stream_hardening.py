@@ -182,6 +182,26 @@ def test_stop_mid_line_sends_the_part_to_rejects(
     )
 
 
+def test_stop_stamps_and_writes_the_lines_waiting_in_the_buffer(
+    tmp_path: Path, child_env, reap
+) -> None:
+    # Stamped lines wait unstamped in the read buffer until their batch is due: a stop
+    # must still stamp and append every whole one, and send the part line to rejects.
+    out = tmp_path / "out.txt"
+    r, w = feed(b"a\nb\nc")
+    env = child_env({"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4"})
+    proc = start(["--stamp", "job,task", "--flush-interval", "3600", str(out)], r, env, reap)
+    try:
+        wait_for(lambda: unread(w) == 0, proc, "read its input")
+        proc.send_signal(signal.SIGTERM)
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM, err
+    finally:
+        os.close(w)
+    assert out.read_bytes() == b"9\t4\ta\n9\t4\tb\n"
+    assert (tmp_path / "out.txt.rejects").read_bytes() == b"line 3: incomplete at stop\tc\n"
+
+
 def test_missing_final_newline_at_eof_is_a_record_with_a_note(tmp_path: Path, zotsink) -> None:
     out = tmp_path / "out.txt"
     r = zotsink(out, input=b"one\ntwo")
