@@ -140,7 +140,7 @@ def append_record(
     """
     # Not through append_records: one record needs no batch (see _Target.encode_one).
     t = _target(path, format, columns, stamp, lock, sync, timeout)
-    t.append(t.encode_one(record))
+    append_or_save(t.writer, t.encode_one(record), t.timeout)  # not t.append(): a call less
 
 
 def append_records(

@@ -92,6 +92,8 @@ def notes(r: dict[str, Any]) -> list[str]:
             "lines (torn): "
             + ", ".join(f"{k} {v['lines']:,} ({v['torn']:,})" for k, v in r["lines_check"].items())
         )
+    if "inline_ratio" in r:
+        out.append(f"zotsink / the inline loop: {fmt_stat(r['inline_ratio'], 2)}x")
     if "append_record_ratio" in r:
         out.append(
             f"append_record per record: {fmt_stat(r['zotsink']['append_record_seconds'], 3)}"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from zotsink._core import writer as writer_module
 from zotsink._core.sidefiles import append_or_save
 from zotsink._core.writer import Writer
 from zotsink.cli._common import exit_code
@@ -211,3 +212,47 @@ def test_the_prepare_hook_sees_a_block_given_as_a_view(tmp_path: Path) -> None:
         assert w.append(v[2:8], timeout=5) == 6
     assert seen == [bytes]
     assert out.read_bytes() == b"AB\nCD\n"
+
+
+def test_a_writer_that_keeps_out_open_locks_it_without_the_whole_way(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # The steady state (OUT open, lock free, the name still holding the inode) takes one
+    # lock attempt and one stat; open_locked() is for the first append and for changes.
+    out = tmp_path / "o.txt"
+    calls: list[str] = []
+    real = writer_module.open_locked
+
+    def counted(path, *a, **k):
+        calls.append(path)
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(writer_module, "open_locked", counted)
+    with Writer(out) as w:
+        for i in range(5):
+            w.append(b"%d\n" % i, timeout=T)
+        assert len(calls) == 1
+        os.rename(out, tmp_path / "old.txt")  # replaced: the whole way again, once
+        w.append(b"5\n", timeout=T)
+        w.append(b"6\n", timeout=T)
+    assert len(calls) == 2
+    assert (tmp_path / "old.txt").read_bytes() == b"0\n1\n2\n3\n4\n"
+    assert out.read_bytes() == b"5\n6\n"
+
+
+def test_a_stale_handle_after_the_first_append_reopens_too(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "o.txt"
+    real_stat, calls = os.stat, []
+
+    def stale_once(path, *a, **k):
+        if os.fspath(path) == str(out) and not calls:
+            calls.append(path)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        return real_stat(path, *a, **k)
+
+    with Writer(out) as w:
+        w.append(b"one\n", timeout=T)
+        monkeypatch.setattr(os, "stat", stale_once)
+        w.append(b"two\n", timeout=T)
+    assert calls and out.read_bytes() == b"one\ntwo\n"
+    assert not list(tmp_path.glob("o.txt.spill.*"))

@@ -83,6 +83,11 @@ def unescape_tsv(value: str) -> str:
 
 
 def _text(value: Any) -> str:
+    tp = type(value)  # the common exact types first: one check instead of four
+    if tp is int:
+        return str(value)
+    if tp is float:
+        return repr(value)
     if value is None:
         return ""
     if isinstance(value, str):
