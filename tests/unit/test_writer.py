@@ -256,3 +256,31 @@ def test_a_stale_handle_after_the_first_append_reopens_too(tmp_path: Path, monke
         w.append(b"two\n", timeout=T)
     assert calls and out.read_bytes() == b"one\ntwo\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))
+
+
+def test_an_interrupt_in_the_short_way_does_not_keep_the_lock(tmp_path: Path, monkeypatch) -> None:
+    import fcntl
+
+    out = tmp_path / "o.txt"
+    real_stat = os.stat
+
+    def interrupted(path, *a, **k):
+        if os.fspath(path) == str(out):
+            raise KeyboardInterrupt
+        return real_stat(path, *a, **k)
+
+    with Writer(out) as w:
+        w.append(b"one\n", timeout=T)
+        monkeypatch.setattr(os, "stat", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            w.append(b"two\n", timeout=T)
+        monkeypatch.setattr(os, "stat", real_stat)
+        # another open file description (another writer) gets the lock at once
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        w.append(b"three\n", timeout=T)
+    assert out.read_bytes() == b"one\nthree\n"

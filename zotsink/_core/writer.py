@@ -206,6 +206,9 @@ class Writer:
                 named: os.stat_result | None = os.stat(self.path)
             except OSError:
                 named = None
+            except BaseException:  # an interrupt: the lock is not kept, as in open_locked()
+                self.locker.release()
+                raise
             if named is not None and named.st_ino == held[2] and named.st_dev == held[1]:
                 try:
                     return self._write_locked(held[0], named, data)
