@@ -199,7 +199,7 @@ class Writer:
             self._after_fork()
         held = self._held
         if held is not None and self.locker.try_now(held[0]):
-            # The steady state, about 1.5 µs shorter than the whole way: OUT open from before
+            # The steady state, a few calls shorter than the whole way: OUT open from before
             # and its lock free. The name must still hold the inode, as in open_locked();
             # anything else (replaced, removed, a failing stat) takes the whole way below.
             try:
