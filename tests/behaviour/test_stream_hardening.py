@@ -36,6 +36,16 @@ def start(args: list[str], stdin: int, env: dict[str, str], reap) -> subprocess.
     return proc
 
 
+def stop_when_read(proc: subprocess.Popen, w: int, sig: int, what: str) -> str:
+    """Once zotsink has read everything in the pipe, send ``sig``; its stderr, after
+    checking that it exited 128 + sig."""
+    wait_for(lambda: unread(w) == 0, proc, what)
+    proc.send_signal(sig)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 128 + sig, err
+    return err
+
+
 # -- numeric options are checked before anything is read -------------------------------
 @pytest.mark.parametrize(
     ("option", "value"),
@@ -135,10 +145,7 @@ def test_sigterm_during_an_over_long_line_flushes_earlier_records_and_stops(
     try:
         wait_for(lambda: out.exists() and out.read_bytes() == b"first\n", proc, "flushed 'first'")
         writer.join()
-        wait_for(lambda: unread(w) == 0, proc, "read the long line's head")
-        proc.send_signal(signal.SIGTERM)
-        err = proc.stderr.read().decode()
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM, err
+        err = stop_when_read(proc, w, signal.SIGTERM, "read the long line's head")
     finally:
         os.close(w)
     assert out.read_bytes() == b"first\n"
@@ -168,10 +175,7 @@ def test_stop_mid_line_sends_the_part_to_rejects(
     r, w = feed(data)
     proc = start(["--flush-interval", "3600", str(out)], r, child_env(), reap)
     try:
-        wait_for(lambda: unread(w) == 0, proc, "read its input")
-        proc.send_signal(sig)
-        err = proc.stderr.read().decode()
-        assert proc.wait(timeout=30) == 128 + sig, err
+        err = stop_when_read(proc, w, sig, "read its input")
     finally:
         os.close(w)
     assert out.read_bytes() == b"a\t12345\n"
@@ -192,10 +196,7 @@ def test_stop_stamps_and_writes_the_lines_waiting_in_the_buffer(
     env = child_env({"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4"})
     proc = start(["--stamp", "job,task", "--flush-interval", "3600", str(out)], r, env, reap)
     try:
-        wait_for(lambda: unread(w) == 0, proc, "read its input")
-        proc.send_signal(signal.SIGTERM)
-        err = proc.stderr.read().decode()
-        assert proc.wait(timeout=30) == 128 + signal.SIGTERM, err
+        stop_when_read(proc, w, signal.SIGTERM, "read its input")
     finally:
         os.close(w)
     assert out.read_bytes() == b"9\t4\ta\n9\t4\tb\n"

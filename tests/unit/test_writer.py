@@ -145,19 +145,25 @@ def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
     assert "they are lost unless the producer can send them again" in str(e.value)
 
 
-def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch) -> None:
-    # OUT replaced through another client of a network filesystem: ESTALE once
-    out = tmp_path / "o.txt"
-    real_stat, calls = os.stat, []
+def stale_once(out: Path, calls: list[str]):
+    """os.stat that says ESTALE for ``out`` once (noting it in ``calls``): OUT replaced
+    through another client of a network filesystem."""
+    real_stat = os.stat
 
-    def stale_once(path, *a, **k):
+    def stat(path, *a, **k):
         if os.fspath(path) == str(out) and not calls:
-            calls.append(path)
+            calls.append(os.fspath(path))
             raise OSError(errno.ESTALE, "Stale file handle")
         return real_stat(path, *a, **k)
 
+    return stat
+
+
+def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "o.txt"
+    calls: list[str] = []
     with Writer(out) as w:
-        monkeypatch.setattr(os, "stat", stale_once)
+        monkeypatch.setattr(os, "stat", stale_once(out, calls))
         w.append(b"rec\n", timeout=T)
     assert calls and out.read_bytes() == b"rec\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))
@@ -242,17 +248,10 @@ def test_a_writer_that_keeps_out_open_locks_it_without_the_whole_way(
 
 def test_a_stale_handle_after_the_first_append_reopens_too(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "o.txt"
-    real_stat, calls = os.stat, []
-
-    def stale_once(path, *a, **k):
-        if os.fspath(path) == str(out) and not calls:
-            calls.append(path)
-            raise OSError(errno.ESTALE, "Stale file handle")
-        return real_stat(path, *a, **k)
-
+    calls: list[str] = []
     with Writer(out) as w:
         w.append(b"one\n", timeout=T)
-        monkeypatch.setattr(os, "stat", stale_once)
+        monkeypatch.setattr(os, "stat", stale_once(out, calls))
         w.append(b"two\n", timeout=T)
     assert calls and out.read_bytes() == b"one\ntwo\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))

@@ -106,11 +106,11 @@ def fig_record(ctx: Ctx) -> dict[str, Any]:
         unlink(p)
         return rate
 
-    def raw(fn: Callable[[str, list[bytes]], None], tag: str) -> Callable[[int], float]:
+    def raw(fn: Callable[[str, Any], None], tag: str, data: Any = enc) -> Callable[[int], float]:
         def run(i: int) -> float:
             p = str(ctx.d / f"{tag}-{i}.tsv")
             unlink(p)
-            rate = _timed(lambda: fn(p, enc), n)
+            rate = _timed(lambda: fn(p, data), n)
             unlink(p)
             return rate
 
@@ -120,15 +120,7 @@ def fig_record(ctx: Ctx) -> dict[str, Any]:
     za, held = alternate(runs, zs, raw(_loop_raw_held, "held"))
     za2, opened = alternate(runs, zs, raw(_loop_raw_open, "open"))
     _, checked = alternate(runs, zs, raw(_loop_raw_checked, "checked"))
-
-    def inline(i: int) -> float:
-        p = str(ctx.d / f"inline-{i}.tsv")
-        unlink(p)
-        rate = _timed(lambda: _loop_inline(p, rows), n)
-        unlink(p)
-        return rate
-
-    za3, inlined = alternate(runs, zs, inline)
+    za3, inlined = alternate(runs, zs, raw(_loop_inline, "inline", rows))
     z = za + za2
     return {
         "title": "append_record loop, TSV row of 4 values, local disk",
