@@ -283,3 +283,30 @@ def test_an_interrupt_in_the_short_way_does_not_keep_the_lock(tmp_path: Path, mo
             os.close(fd)
         w.append(b"three\n", timeout=T)
     assert out.read_bytes() == b"one\nthree\n"
+
+
+def test_an_unlock_that_fails_after_the_write_is_no_error_and_spills_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A stale handle can refuse the unlock after the records are in OUT. Reporting it as
+    # a failed append would save them to a spill file too, and recover would add them twice.
+    from zotsink._core import locking
+
+    out = tmp_path / "o.txt"
+    real_release, refused = locking.FlockLock.release, []
+
+    def release_fails_once(self) -> None:
+        if not refused:
+            refused.append(self.fd)
+            raise OSError(errno.ESTALE, "Stale file handle")
+        real_release(self)
+
+    w = Writer(out)
+    append_or_save(w, b"one\n", T)
+    monkeypatch.setattr(locking.FlockLock, "release", release_fails_once)
+    assert append_or_save(w, b"two\n", T) == 4
+    assert refused
+    append_or_save(w, b"three\n", T)  # OUT opened anew: the lock was dropped with the fd
+    w.close()
+    assert out.read_bytes() == b"one\ntwo\nthree\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]

@@ -213,7 +213,7 @@ class Writer:
                 try:
                     return self._write_locked(held[0], named, data)
                 finally:
-                    self.locker.release()
+                    self._unlock()
             with contextlib.suppress(OSError):  # a stale handle may refuse; reopened below
                 self.locker.release()
         self._held = None  # open_locked owns it until it returns
@@ -224,7 +224,20 @@ class Writer:
         try:
             return self._write_locked(held[0], st, data)
         finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Release the lock after a write (or a failed one). An unlock that fails (a stale
+        handle, an evicted client) must not turn records already in OUT into an error: the
+        caller would save them to a spill file too, and recover would add them twice. The
+        descriptor is closed instead, which drops the lock; the next append opens OUT anew."""
+        try:
             self.locker.release()
+        except OSError:
+            held, self._held = self._held, None
+            if held is not None:
+                with contextlib.suppress(OSError):
+                    os.close(held[0])
 
     def _write_locked(
         self, fd: int, st: os.stat_result, data: bytes | memoryview | Iterator[bytes]
