@@ -32,7 +32,7 @@ from ._core.fileio import fsync_dir, pread_chunks, side_file_problem, write_all
 from ._core.locking import Locker, open_locked
 from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name, spill_name_problem
-from ._core.writer import Writer, first_line
+from ._core.writer import Writer, seen_first_line
 from .errors import UsageError
 
 __all__ = ["RecoverReport", "recover"]
@@ -221,7 +221,7 @@ class _Claim:
     def __call__(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
         if self.journal.proves(self.digest, fd, st):
             raise _Skip
-        if self.first is not None and st.st_size and first_line(fd) == self.first:
+        if self.first is not None and st.st_size and seen_first_line(fd, st.st_size) == self.first:
             data = data[len(self.first) :]
             self.skipped_header = True
         # The writer may put one newline before ``data`` (a torn tail): the journal names

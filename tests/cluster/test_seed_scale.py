@@ -54,18 +54,22 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
         " --kv --columns filename,min,max,mean --stamp host,tasknum"
         f" -- {sys.executable} {SCRIPTS / 'seed_process.py'} {{}}"
     )
+    # What the tasks say goes beside the job's directory, not into it (which must stay
+    # empty) and not to /dev/null as in the templates: a failure here must say why.
+    said = tmp_path.parent / f"{tmp_path.name}-slurm"
+    said.mkdir()
     res = slurm_cluster.run(
         "sbatch",
         "--wait",
         "--parsable",
         f"--array=1-{IMAGES // CHUNK}",
         f"--chdir={tmp_path}",
-        "--output=/dev/null",
+        f"--output={said}/task-%a.out",
         f"--wrap={job}",
         timeout=1800,
         check=False,
     )
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0, res.stderr + _what_went_wrong(said, gluster_dirs.reader)
 
     reader = gluster_dirs.reader
     lines = (reader / "stats.tsv").read_text().splitlines()
@@ -110,3 +114,17 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
     )
     assert list(tmp_path.iterdir()) == []
     cluster_report(f"{IMAGES} images over {len(hosts)} nodes: {dict(sorted(hosts.items()))}")
+
+
+def _what_went_wrong(said: Path, reader: Path) -> str:
+    """The tasks' own words and zotsink's side files, for a failed array."""
+    parts = [f"{p.name}: {p.read_text(errors='replace')[-2000:]}" for p in sorted(said.iterdir())]
+    parts = [t for t in parts if not t.endswith(": ")]
+    for name in ("stats.tsv.rejects", "stats.tsv.log"):
+        if (reader / name).exists():
+            parts.append(f"{name}: {(reader / name).read_text(errors='replace')[-2000:]}")
+    if (reader / "stats.tsv.ledger").exists():
+        rows = (reader / "stats.tsv.ledger").read_text(errors="replace").splitlines()
+        parts.append("ledger, not ok: " + "\n".join(r for r in rows if "\tok\t" not in r)[-2000:])
+    parts.append(f"files beside OUT: {sorted(p.name for p in reader.iterdir())}")
+    return "\n" + "\n".join(parts)

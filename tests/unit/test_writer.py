@@ -310,3 +310,35 @@ def test_an_unlock_that_fails_after_the_write_is_no_error_and_spills_nothing(
     w.close()
     assert out.read_bytes() == b"one\ntwo\nthree\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]
+
+
+def test_a_header_the_client_cannot_see_yet_is_read_again_not_refused(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A GlusterFS client that cached OUT before another node wrote its header answers the
+    # first reads short for about a second: that is no mismatch.
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n1\t2\n")
+    real_pread, short = os.pread, []
+
+    def stale(fd: int, n: int, offset: int) -> bytes:
+        if len(short) < 3:
+            short.append(offset)
+            return b""
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", stale)
+    with Writer(out, header=b"a\tb\n") as w:
+        w.append(b"3\t4\n", timeout=T)
+    assert len(short) == 3
+    assert out.read_bytes() == b"a\tb\n1\t2\n3\t4\n"
+
+
+def test_a_header_still_unseen_after_the_wait_is_refused(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n1\t2\n")
+    monkeypatch.setattr(writer_module, "HEADER_SETTLE", 0.05)
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: b"" if offset else b"a\t")
+    with Writer(out, header=b"a\tb\n") as w, pytest.raises(HeaderMismatch):
+        w.append(b"3\t4\n", timeout=T)
+    assert out.read_bytes() == b"a\tb\n1\t2\n"

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -43,6 +44,27 @@ _OPEN_ADVICE: Final = {
     errno.ENXIO: "it is a FIFO or a device, not a regular file; remove it",
     errno.ENOTDIR: "a part of the path is not a directory",
 }
+
+
+#: Seconds a writer waits, under the lock, for its client to show OUT's first line when
+#: the file is known to be longer than what a read returns (see :func:`seen_first_line`).
+HEADER_SETTLE: Final = 5.0
+
+
+def seen_first_line(fd: int, size: int, limit: int = 1 << 20) -> bytes:
+    """:func:`first_line` once this client can see it. A network client (GlusterFS) that
+    read OUT before another node wrote its header may answer a read from what it cached for
+    about a second after it learned the new size: a short read then is not another header.
+    Read again after pauses, up to :data:`HEADER_SETTLE` seconds; what is seen then is the
+    answer (and a still-short line is refused as a mismatch, as before)."""
+    found = first_line(fd, limit)
+    pause, waited = 0.01, 0.0
+    while not found.endswith(b"\n") and len(found) < min(size, limit) and waited < HEADER_SETTLE:
+        time.sleep(pause)
+        waited += pause
+        pause = min(pause * 2, 0.25)
+        found = first_line(fd, limit)
+    return found
 
 
 def first_line(fd: int, limit: int = 1 << 20) -> bytes:
@@ -263,7 +285,7 @@ class Writer:
                 prefix = self._header
         else:
             if self._header and self._header_ok != ident and self._readable:
-                found = first_line(fd)
+                found = seen_first_line(fd, size)
                 if found != self._header:
                     raise HeaderMismatch(
                         f"{self.path} starts with the header {_show(found)}, not "
