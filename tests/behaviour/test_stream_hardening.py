@@ -196,9 +196,13 @@ def test_stop_stamps_and_writes_the_lines_waiting_in_the_buffer(
     env = child_env({"SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "4"})
     proc = start(["--stamp", "job,task", "--flush-interval", "3600", str(out)], r, env, reap)
     try:
-        stop_when_read(proc, w, signal.SIGTERM, "read its input")
+        err = stop_when_read(proc, w, signal.SIGTERM, "read its input")
     finally:
         os.close(w)
+    assert err == (
+        f"zotsink: 1 records refused; they are in {out}.rejects\n"
+        "zotsink: stopped by SIGTERM after writing everything read\n"
+    )
     assert out.read_bytes() == b"9\t4\ta\n9\t4\tb\n"
     assert (tmp_path / "out.txt.rejects").read_bytes() == b"line 3: incomplete at stop\tc\n"
 

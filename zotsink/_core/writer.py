@@ -219,34 +219,40 @@ class Writer:
     def _append(self, data: bytes | memoryview | Iterator[bytes], timeout: float) -> int:
         if self._forked:
             self._after_fork()
-        held = self._held
-        if held is not None and self.locker.try_now(held[0]):
-            # The steady state, a few calls shorter than the whole way: OUT open from before
-            # and its lock free. The name must still hold the inode, as in open_locked();
-            # anything else (replaced, removed, a failing stat) takes the whole way below.
-            try:
-                named: os.stat_result | None = os.stat(self.path)
-            except OSError:
-                named = None
-            except BaseException:  # an interrupt: the lock is not kept, as in open_locked()
-                self.locker.release()
-                raise
-            if named is not None and named.st_ino == held[2] and named.st_dev == held[1]:
-                try:
-                    return self._write_locked(held[0], named, data)
-                finally:
-                    self._unlock()
-            with contextlib.suppress(OSError):  # a stale handle may refuse; reopened below
-                self.locker.release()
-        self._held = None  # open_locked owns it until it returns
-        held, st, waited = open_locked(self.path, self._open, self.locker, timeout, held=held)
-        self._held = held
-        if waited:
-            self.lock_wait += waited
+        locked = self._lock_held()
+        if locked is None:
+            held, self._held = self._held, None  # open_locked owns it until it returns
+            held, st, waited = open_locked(self.path, self._open, self.locker, timeout, held=held)
+            self._held = held
+            if waited:
+                self.lock_wait += waited
+            locked = (held[0], st)
         try:
-            return self._write_locked(held[0], st, data)
+            return self._write_locked(locked[0], locked[1], data)
         finally:
             self._unlock()
+
+    def _lock_held(self) -> tuple[int, os.stat_result] | None:
+        """The steady state, a few calls shorter than open_locked(): OUT open from before,
+        its lock free at once, and the name still holding the inode (the same check).
+        ``(fd, stat)`` with the lock held; None, and no lock, for anything else (no
+        descriptor yet, a busy lock, OUT replaced or removed, a failing stat), which takes
+        the whole way."""
+        held = self._held
+        if held is None or not self.locker.try_now(held[0]):
+            return None
+        try:
+            named = os.stat(self.path)
+        except OSError:
+            named = None
+        except BaseException:  # an interrupt: the lock is not kept, as in open_locked()
+            self.locker.release()
+            raise
+        if named is not None and named.st_ino == held[2] and named.st_dev == held[1]:
+            return held[0], named
+        with contextlib.suppress(OSError):  # a stale handle may refuse; reopened by name
+            self.locker.release()
+        return None
 
     def _unlock(self) -> None:
         """Release the lock after a write (or a failed one). An unlock that fails (a stale

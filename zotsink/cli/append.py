@@ -37,7 +37,7 @@ from ._common import (
     "--count-lines",
     is_flag=True,
     help="Count lines that pass through unchanged, to name refused ones by line number "
-    "(else by input byte) and report records with -v; costs about half the speed.",
+    "(else by input byte) and report records with -v; costs about a third of the speed.",
 )
 @quiet_option
 @verbose_option
