@@ -22,18 +22,16 @@ by someone else (a forged note, a FIFO) leaves its spill file alone, with the re
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import os
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from ._core.fileio import fsync_dir, pread_chunks, side_file_problem, write_all
-from ._core.locking import Locker, open_locked
 from ._core.records import format_for
-from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name, spill_name_problem
+from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
+from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
 from ._core.writer import Writer, seen_first_line
-from .errors import UsageError
 
 __all__ = ["RecoverReport", "recover"]
 
@@ -59,10 +57,6 @@ class RecoverReport(NamedTuple):
     refused: tuple[tuple[str, str], ...] = ()  # (spill file, why it was not trusted)
 
 
-class _Refused(Exception):
-    """This spill file (or its journal) cannot be trusted; the message says why."""
-
-
 class _Skip(Exception):
     """Raised under OUT's lock: this spill file's records are in OUT already."""
 
@@ -85,28 +79,6 @@ def _owner_alive(path: str) -> bool:
     return True
 
 
-def _open_side(path: str) -> int:
-    """Open a spill file or journal found by name: never through a link, never blocking on
-    a FIFO, and only a regular file of the user's own. -1 when it is gone;
-    :class:`_Refused` (saying why, of "it") otherwise."""
-    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        try:
-            fd = os.open(path, flags | os.O_RDWR)
-        except PermissionError:
-            fd = os.open(path, flags | os.O_RDONLY)
-    except FileNotFoundError:
-        return -1
-    except OSError as e:
-        why = "it is a symbolic link" if e.errno == errno.ELOOP else e.strerror or str(e)
-        raise _Refused(why if e.errno == errno.ELOOP else f"cannot open it: {why}") from None
-    problem = side_file_problem(os.fstat(fd))
-    if problem:
-        os.close(fd)
-        raise _Refused(problem)
-    return fd
-
-
 class _Journal:
     """``SPILL.recovering``: which bytes of OUT hold this spill file's records."""
 
@@ -115,9 +87,9 @@ class _Journal:
         self.fields: list[str] | None = None
         self.exists = False
         try:
-            fd = _open_side(self.path)
-        except _Refused as e:
-            raise _Refused(
+            fd = open_side(self.path)
+        except Refused as e:
+            raise Refused(
                 f"its journal {self.path}: {e}; it may have been put there to make recover "
                 "drop this spill file unread, or hang: move the spill file to a directory "
                 "of your own and name it (`zotsink recover OUT NEWPATH`)"
@@ -158,9 +130,7 @@ class _Journal:
             except FileNotFoundError:
                 pass
             except OSError as e:  # the directory no longer lets us
-                raise _Refused(
-                    f"its journal {self.path} cannot be replaced: {e.strerror}"
-                ) from None
+                raise Refused(f"its journal {self.path} cannot be replaced: {e.strerror}") from None
         try:
             fd = os.open(
                 self.path,
@@ -168,12 +138,12 @@ class _Journal:
                 0o600,
             )
         except FileExistsError:
-            raise _Refused(
+            raise Refused(
                 f"someone created {self.path} while recover ran; the spill file is left alone"
             ) from None
         except OSError as e:
             # Without its journal a recover killed after the append would append it again.
-            raise _Refused(
+            raise Refused(
                 f"cannot write its journal {self.path} ({e.strerror}): move the spill file to "
                 "a directory you may write to and name it (`zotsink recover OUT NEWPATH`)"
             ) from None
@@ -236,25 +206,15 @@ def _recover_one(
 ) -> tuple[int, int] | None:
     """Append one spill file to OUT and remove it: ``(records, bytes)``; None if gone."""
 
-    def opener() -> int:
-        try:
-            fd = _open_side(path)
-        except _Refused as e:
-            raise _Refused(
-                f"{e}; it may have been put there to slip records into {out}: check it, and "
-                f"if its records belong there, append them with `zotsink {out} < FILE`"
-            ) from None
-        if fd < 0:
-            raise FileNotFoundError(errno.ENOENT, "gone", path)
-        return fd
-
-    locker = Locker(lock, path)
-    try:
-        # The spill file's own lock, held to the end (see the module's docstring).
-        (fd, _dev, _ino), st, _waited = open_locked(path, opener, locker, timeout)
-    except FileNotFoundError:
-        return None  # another recover took it
-    try:
+    advice = (
+        f"it may have been put there to slip records into {out}: check it, and if its "
+        f"records belong there, append them with `zotsink {out} < FILE`"
+    )
+    # The spill file's own lock, held to the end (see the module's docstring).
+    with locked_spill(path, lock, timeout, advice) as taken:
+        if taken is None:
+            return None  # another recover took it
+        fd, st = taken
         journal = _Journal(path)  # checked before OUT's lock is taken
         data = b"".join(pread_chunks(fd, st.st_size))
         records = written = 0
@@ -276,42 +236,13 @@ def _recover_one(
             pass
         except OSError as e:
             # The journal stays, so a later recover only tries the removal again.
-            raise _Refused(
+            raise Refused(
                 f"its records are in {out} now, but it cannot be removed ({e.strerror}): "
                 "remove it yourself"
             ) from None
         fsync_dir(os.path.dirname(path) or ".")
         journal.remove()
         return records, written
-    finally:
-        with contextlib.suppress(OSError):
-            locker.release()
-        os.close(fd)
-
-
-def _check_names(out: str, paths: list[str]) -> None:
-    """Refuse, before anything is done, every named file that is not a spill file of OUT."""
-    try:
-        out_st: os.stat_result | None = os.stat(out)
-    except OSError:
-        out_st = None
-    bad = []
-    for p in paths:
-        why = spill_name_problem(out, p)
-        if why is None and out_st is not None:
-            with contextlib.suppress(OSError):
-                if os.path.samestat(os.lstat(p), out_st):
-                    why = "it is OUT itself"
-        if why is not None:
-            bad.append(f"{p} ({why})")
-    if bad:
-        base = os.path.basename(os.path.abspath(out))
-        raise UsageError(
-            f"not spill files of {out}: " + "; ".join(bad) + f". recover takes only files "
-            f"named {base}.spill.<host>.<pid>[.<n>]: name those, or none to take every one "
-            f"beside {out}",
-            path=out,
-        )
 
 
 def recover(
@@ -342,7 +273,7 @@ def recover(
         paths = find_spills(out)
     else:
         paths = [os.fspath(p) for p in spills]
-        _check_names(out, paths)
+        check_spill_names(out, paths)
     done: list[str] = []
     busy: list[str] = []
     refused: list[tuple[str, str]] = []
@@ -353,7 +284,7 @@ def recover(
             continue
         try:
             got = _recover_one(out, p, headed, lock, timeout)
-        except _Refused as e:
+        except Refused as e:
             refused.append((p, str(e)))
             continue
         if got is not None:

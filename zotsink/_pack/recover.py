@@ -13,7 +13,9 @@ import contextlib
 import os
 from typing import NamedTuple
 
+from .._core.fileio import fsync_dir, pread_chunks
 from .._core.sidefiles import find_spills
+from .._core.spilltake import Refused, check_spill_names, locked_spill
 from . import tarfmt
 from .append import Pending, append_pending
 from .index import index_path, read_index
@@ -37,51 +39,82 @@ def recover_archive(
     timeout: float = 600.0,
 ) -> ArchiveRecoverReport:
     """Append the members of the archive's spill tars (default: those beside it), fsynced,
-    then remove each spill tar whose members are all in the archive."""
+    then remove each spill tar whose members are all in the archive.
+
+    Named spill tars must be named as the archive's (``ARCHIVE.spill.<host>.<pid>[.<n>]``)
+    and not be the archive: anything else raises :class:`UsageError` before anything is
+    done. A spill tar that is not a regular file of the user's own is left, with the
+    reason; one that is taken is read, appended and removed under its writer's lock.
+    """
     path = os.fspath(path)
-    paths = list(spills) if spills is not None else find_spills(path)
+    if spills is None:
+        paths = find_spills(path)
+    else:
+        paths = [os.fspath(p) for p in spills]
+        check_spill_names(path, paths, "tars")
     done: list[str] = []
     left: list[str] = []
     added = skipped = 0
+    advice = (
+        f"it may have been put there to slip members into {path}: check it, and if its "
+        f"members belong there, add them with `zotsink pack {path} FILE...`"
+    )
     for p in paths:
         try:
-            with open(p, "rb") as f:
-                before = os.fstat(f.fileno())
-                data = f.read()
-        except FileNotFoundError:
-            continue  # another recover took it
-        items, damage = _members(data)
-        have = {r.name: r.sha256 for r in read_index(index_path(path))[0]}
-        todo = [it for it, digest in items if have.get(it.name) != digest]
-        skipped += len(items) - len(todo)
-        # replace: a spilled member is one this archive was meant to have; if a member of
-        # that name was added meanwhile, both stay, the spilled one last.
-        append_pending(
-            path,
-            todo,
-            replace=True,
-            lock=lock,
-            sync="fsync",
-            timeout=timeout,
-            max_member=1 << 62,
-            spill=False,
-        )
-        added += len(todo)
-        if damage is not None:
-            left.append(f"{p}: kept, it ends in damage at {damage}")
+            with locked_spill(p, lock, timeout, advice) as taken:
+                if taken is None:
+                    continue  # another recover took it
+                n, old = _recover_one(path, p, taken[0], taken[1].st_size, lock, timeout)
+                added += n
+                skipped += old
+        except Refused as e:
+            left.append(f"{p}: kept, {e}")
             continue
-        with contextlib.suppress(FileNotFoundError):
-            now = os.stat(p)
-            if (now.st_ino, now.st_size, now.st_mtime_ns) != (
-                before.st_ino,
-                before.st_size,
-                before.st_mtime_ns,
-            ):
-                left.append(f"{p}: kept, its writer added to it meanwhile; run recover again")
-                continue
-            os.remove(p)
+        except _Damaged as e:
+            added += e.added
+            skipped += e.skipped
+            left.append(f"{p}: kept, it ends in damage at {e.damage}")
+            continue
         done.append(p)
     return ArchiveRecoverReport(done, added, skipped, left)
+
+
+class _Damaged(Exception):
+    """The spill tar's readable members are in the archive; the rest is damaged."""
+
+    def __init__(self, damage: TarDamage, added: int, skipped: int) -> None:
+        super().__init__(str(damage))
+        self.damage, self.added, self.skipped = damage, added, skipped
+
+
+def _recover_one(
+    path: str, spill: str, fd: int, size: int, lock: str, timeout: float
+) -> tuple[int, int]:
+    """Append the members of one locked spill tar and remove it: ``(added, skipped)``."""
+    data = b"".join(pread_chunks(fd, size))
+    items, damage = _members(data)
+    have = {r.name: r.sha256 for r in read_index(index_path(path))[0]}
+    todo = [it for it, digest in items if have.get(it.name) != digest]
+    # replace: a spilled member is one this archive was meant to have; if a member of
+    # that name was added meanwhile, both stay, the spilled one last.
+    append_pending(
+        path,
+        todo,
+        replace=True,
+        lock=lock,
+        sync="fsync",
+        timeout=timeout,
+        max_member=1 << 62,
+        spill=False,
+    )
+    if damage is not None:
+        raise _Damaged(damage, len(todo), len(items) - len(todo))
+    # Only now, with the members fsynced in the archive and the spill tar still locked:
+    # its writer cannot have added to it since it was read.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(spill)
+    fsync_dir(os.path.dirname(spill) or ".")
+    return len(todo), len(items) - len(todo)
 
 
 def _members(data: bytes) -> tuple[list[tuple[Pending, str]], TarDamage | None]:
