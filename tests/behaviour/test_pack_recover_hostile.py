@@ -154,3 +154,19 @@ def test_a_spill_tar_planted_by_another_user_is_not_appended(shared: str) -> Non
         assert attacker.name in err and "Traceback" not in err
         assert _names(Path(shared) / "arch.tar") == ["a.txt"]
         assert Path(planted).read_bytes() == planted_bytes
+
+
+def test_the_archive_its_index_and_its_spill_tars_are_never_packed_into_it(
+    archive: Path, tmp_path: Path, zotsink: Run
+) -> None:
+    spill = _spill_by_lock_timeout(tmp_path, zotsink, "c.txt")
+    before = archive.read_bytes()
+    for name, why in (
+        ("arch.tar", "arch.tar cannot be packed into itself"),
+        ("./arch.tar.idx", "./arch.tar.idx is the index of arch.tar"),
+        (spill.name, f"{spill.name} is a spill tar of arch.tar: `zotsink recover arch.tar`"),
+    ):
+        r = zotsink("pack", "arch.tar", "b.txt", name, "--prefix", "x/")
+        assert r.returncode == 2, r.stderr
+        assert f"{why}".encode() in r.stderr and b"nothing was appended" in r.stderr
+        assert archive.read_bytes() == before

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from .._core.sidefiles import spill_name_problem
 from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
 from .append import MAX_MEMBER, Pending, append_pending
-from .index import Row
+from .index import Row, index_path
 
 __all__ = ["default_prefix", "pack_files", "read_file"]
 
@@ -113,8 +114,7 @@ def pack_files(
         prefix = default_prefix(stamp)
     elif prefix and not prefix.endswith("/"):
         prefix += "/"
-    if os.path.realpath(archive) in {os.path.realpath(f) for f in files if f != "-"}:
-        raise UsageError(f"{archive} cannot be packed into itself")
+    _refuse_own(archive, files)
     items: list[Pending] = []
     for f in files:
         if f == "-":
@@ -133,3 +133,18 @@ def pack_files(
         max_member=max_member,
         seal=seal,
     )
+
+
+def _refuse_own(archive: str, files: Sequence[str]) -> None:
+    """The archive, its index and its spill tars are never members of it: each is a typo
+    or a mix-up (a spill tar's members go back with ``zotsink recover``, whole)."""
+    own = {os.path.realpath(archive): "cannot be packed into itself"}
+    own[os.path.realpath(index_path(archive))] = f"is the index of {archive}"
+    for f in files:
+        if f == "-":
+            continue
+        why = own.get(os.path.realpath(f))
+        if why is None and spill_name_problem(archive, f) is None:
+            why = f"is a spill tar of {archive}: `zotsink recover {archive}` adds its members"
+        if why is not None:
+            raise UsageError(f"{f} {why}; nothing was appended")
