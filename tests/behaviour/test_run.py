@@ -220,6 +220,30 @@ def test_usage_errors(tmp_path: Path, zotsink: Run, bad: list[str]) -> None:
     assert not (tmp_path / "out.txt").exists()
 
 
+@pytest.mark.parametrize(
+    ("out", "extra", "what"),
+    [
+        ("tasks.txt", [], "OUT: give OUT"),
+        ("link.txt", [], "OUT: give OUT"),
+        ("out.txt", ["--log", "tasks.txt"], "the log: give --log"),
+        ("out.txt", ["--ledger", "./tasks.txt"], "the ledger: give --ledger"),
+    ],
+)
+def test_the_task_list_is_never_written_to(
+    tmp_path: Path, zotsink: Run, out: str, extra: list[str], what: str
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.txt", 2)
+    (tmp_path / "link.txt").symlink_to("tasks.txt")
+    before = tasks.read_bytes()
+    r = zotsink("run", "tasks.txt", out, "--index", "1", *extra, "--", "echo")
+    assert r.returncode == 2, r.stderr
+    assert f"zotsink: error: the task list tasks.txt is also {what} another name".encode() in (
+        r.stderr
+    )
+    assert tasks.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "tasks.txt"]
+
+
 def test_missing_task_list_is_a_clear_error(tmp_path: Path, zotsink: Run) -> None:
     r = zotsink("run", "nope.txt", "out.txt", "--", "echo")
     assert r.returncode == 1

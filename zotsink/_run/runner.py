@@ -121,6 +121,18 @@ def run_tasks(
     log_path = os.fspath(log) if log is not None else out + ".log"
     if len({os.path.abspath(p) for p in (out, ledger_path, log_path)}) < 3:
         raise UsageError("OUT, --ledger and --log must be three different files")
+    named = (
+        ("OUT", out, "OUT"),
+        ("the ledger", ledger_path, "--ledger"),
+        ("the log", log_path, "--log"),
+    )
+    for what, path, opt in named:
+        if _same_file(os.fspath(tasks), path):
+            # `zotsink run tasks.txt tasks.txt -- CMD` would append to its own task list,
+            # and the next array element would run the output as tasks
+            raise UsageError(
+                f"the task list {os.fspath(tasks)} is also {what}: give {opt} another name"
+            )
 
     todo, _ = read_tasks(tasks)
     if index is None:
@@ -177,3 +189,12 @@ def run_tasks(
         signal=stopper.signum if stopper is not None else None,
         error=o.error or runner.log.error or runner.ledger_error,
     )
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
