@@ -14,12 +14,12 @@ from typing import Any, Final
 from .._core.kv import parse_kv
 from ..errors import RecordError
 
-__all__ = ["INPUTS", "Unparsable", "parse", "sniff"]
+__all__ = ["ENDINGS", "INPUTS", "Unparsable", "parse", "sniff"]
 
 #: Values of ``--input``.
 INPUTS: Final = ("auto", "kv", "tsv", "csv", "jsonl", "lines")
 #: File endings that decide the format before any sniffing.
-_ENDINGS: Final = {
+ENDINGS: Final = {
     ".tsv": "tsv",
     ".tab": "tsv",
     ".csv": "csv",
@@ -79,7 +79,7 @@ def _sep(tok: str) -> str | None:
 
 def _sniff(text: str, name: str) -> tuple[str, str | None]:
     dot = name.rfind(".")
-    fmt = _ENDINGS.get(name[dot:].lower()) if dot >= 0 else None
+    fmt = ENDINGS.get(name[dot:].lower()) if dot >= 0 else None
     if fmt is not None:
         return fmt, None
     first = text.lstrip() if text[:1].isspace() else text
