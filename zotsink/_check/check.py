@@ -7,9 +7,9 @@ from the same stream under the exclusive lock.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 
+from .._core.digest import blake2b
 from .._core.fileio import pread_chunks
 from .._core.records import decode_row
 from .linecheck import Unit, scan
@@ -20,7 +20,7 @@ __all__ = ["check", "digest"]
 
 def digest(line: bytes) -> bytes:
     """The 16-byte digest by which duplicate lines are found."""
-    return hashlib.blake2b(line, digest_size=16).digest()
+    return blake2b(line, digest_size=16).digest()
 
 
 def _chunks(fd: int, size: int) -> Iterator[bytes]:

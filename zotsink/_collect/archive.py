@@ -26,9 +26,9 @@ import os
 import stat
 import struct
 from collections.abc import Iterator
-from hashlib import blake2b
 from typing import Final, NamedTuple
 
+from .._core.digest import blake2b
 from .._core.fileio import fsync_dir
 from ..errors import WriteError
 from .spool import Spool

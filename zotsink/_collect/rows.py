@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from hashlib import blake2b
 from typing import Final, NamedTuple
 
+from .._core.digest import blake2b
 from .._core.records import encode_row
 from .parse import ENDINGS
 from .table import FIRST, Table

@@ -23,9 +23,9 @@ import struct
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterator
-from hashlib import blake2b
 from typing import Final
 
+from .._core.digest import blake2b
 from .._core.records import encode_row
 from ..errors import UsageError
 from .spool import Spool
