@@ -244,6 +244,24 @@ def test_the_task_list_is_never_written_to(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "tasks.txt"]
 
 
+def test_out_forgotten_before_the_dashes_is_refused(tmp_path: Path, zotsink: Run) -> None:
+    write_tasks(tmp_path / "tasks.txt", 2)
+    r = zotsink("run", "tasks.txt", "--", "echo", "{}")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (
+        b"zotsink: error: `--` comes after OUT: here OUT would be 'echo'; write "
+        b"`zotsink run TASKS OUT -- CMD [ARG ...]`\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tasks.txt"]
+    # a `--` inside CMD, and no `--` at all, are still CMD's
+    r = zotsink("run", "tasks.txt", "out.txt", "--", "echo", "{}", "--", "x")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.txt").read_bytes() == b"item1 -- x\nitem2 -- x\n"
+    r = zotsink("run", "tasks.txt", "bare.txt", "echo", "{}")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "bare.txt").read_bytes() == b"item1\nitem2\n"
+
+
 def test_missing_task_list_is_a_clear_error(tmp_path: Path, zotsink: Run) -> None:
     r = zotsink("run", "nope.txt", "out.txt", "--", "echo")
     assert r.returncode == 1

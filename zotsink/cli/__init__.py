@@ -177,7 +177,7 @@ def _normalize(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``zotsink`` command and ``python -m zotsink``."""
     warnings.showwarning = show_warning
-    args = _normalize(sys.argv[1:] if argv is None else argv)
+    args = state.args = _normalize(sys.argv[1:] if argv is None else argv)
     try:
         cli.main(args=args, prog_name="zotsink", standalone_mode=True)
     except SystemExit:

@@ -75,6 +75,7 @@ def outcome_code(error: BaseException | None, refused: int, signum: int | None) 
 class _State:
     verbose = 0
     quiet = False
+    args: list[str] = []  # the command line as main() was given it
 
 
 state = _State()

@@ -12,6 +12,7 @@ from ._common import (
     Seconds,
     batch_options,
     column_list,
+    fail,
     lock_options,
     outcome_code,
     quiet_option,
@@ -22,6 +23,19 @@ from ._common import (
     sync_option,
     verbose_option,
 )
+from ._common import state as cli_state
+
+
+def _check_dashes(out: str, command: tuple[str, ...]) -> None:
+    """``zotsink run tasks.txt -- python proc.py``, OUT forgotten, would take ``python``
+    for OUT and write python.ledger and python.log: CMD is all that may follow ``--``."""
+    args = cli_state.args
+    if "--" in args and list(command) != args[args.index("--") + 1 :]:
+        fail(
+            f"`--` comes after OUT: here OUT would be {out!r}; write "
+            "`zotsink run TASKS OUT -- CMD [ARG ...]`",
+            2,
+        )
 
 
 @click.command("run", context_settings=CONTEXT)
@@ -127,6 +141,7 @@ def run_cmd(
     from .._signals import Stopper
 
     set_verbosity(verbose, quiet)
+    _check_dashes(out, command)
     stamp_fields = run_api(lambda: parse_stamp(stamp)) if stamp is not None else ()
     with Stopper() as stopper:
         report = run_api(
