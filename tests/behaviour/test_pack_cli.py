@@ -133,3 +133,34 @@ def test_lock_timeout_exits_75_and_spills(
     assert len(spills) == 1 and str(spills[0]).encode() in r.stderr
     assert recover_archive(archive).members == 1
     assert _names(archive) == ["hist.png", "a.npy"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"a\tb\n1\t2\n", b"x" * 700, bytes(range(256)) * 8],
+    ids=["short-table", "long-text", "binary"],
+)
+def test_a_file_that_is_no_archive_is_never_cut(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path], content: bytes
+) -> None:
+    """`zotsink pack results.tsv img.png` named a table by mistake: it keeps every byte."""
+    table = tmp_path / "results.tsv"
+    table.write_bytes(content)
+    r = zotsink("pack", "results.tsv", files[0])
+    assert r.returncode == 2, r.stderr
+    assert b"results.tsv is not empty, has no index results.tsv.idx and is not a whole tar" in (
+        r.stderr
+    )
+    assert b"nothing was appended" in r.stderr
+    assert table.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "hist.png", "results.tsv"]
+
+
+def test_a_tar_made_elsewhere_is_adopted_with_its_members(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    subprocess.run(["tar", "cf", "made.tar", "a.npy"], cwd=tmp_path, check=True)
+    r = zotsink("pack", "made.tar", files[0], "--prefix", "")
+    assert r.returncode == 0, r.stderr
+    assert _names(tmp_path / "made.tar") == ["a.npy", "hist.png"]
+    assert zotsink("verify", "made.tar").returncode == 0

@@ -28,7 +28,7 @@ from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
 from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
 from . import tarfmt
-from .archive import settle
+from .archive import check_adoptable, settle
 from .index import HEADER, IndexCache, Row, format_rows, index_path
 from .locked import locked_archive
 from .tarfmt import TarDamage
@@ -277,6 +277,8 @@ def _append_locked(
     cache = _cache(path)
     with locked_archive(path, locker, timeout) as fd:
         mode = os.fstat(fd).st_mode & 0o666
+        if not os.path.lexists(index_path(path)):
+            check_adoptable(fd, path)  # before the index is made: nothing left behind
         idx_fd = _open_index(path, mode)
         try:
             try:

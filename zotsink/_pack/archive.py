@@ -19,11 +19,20 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .._core.fileio import fresh_stat, fsync_dir, write_all
+from ..errors import UsageError
 from . import tarfmt
 from .index import HEADER, IndexCache, Row, format_rows, index_path
 from .tarfmt import Member, Reader, TarDamage
 
-__all__ = ["SaveCut", "Settled", "member_row", "rewrite_index", "settle", "sha256_of"]
+__all__ = [
+    "SaveCut",
+    "Settled",
+    "check_adoptable",
+    "member_row",
+    "rewrite_index",
+    "settle",
+    "sha256_of",
+]
 
 
 def sha256_of(read: Reader, offset: int, size: int) -> str:
@@ -112,6 +121,30 @@ def _verified_end(read: Reader, size: int, last: Row) -> int | None:
 
 #: Saves the bytes from an offset to the end of the archive before they are cut.
 SaveCut = Callable[[int], None]
+
+
+def check_adoptable(fd: int, archive: str) -> None:
+    """Refuse a non-empty ARCHIVE that has no index unless it is whole tar members.
+
+    Without its index the file is not one ``zotsink pack`` wrote: a tar made elsewhere is
+    adopted (its index is built from it), anything else is someone else's data. The torn-tail
+    rule would cut it from the first byte that is not a whole member: a table named by
+    mistake (``zotsink pack results.tsv img.png``) would lose its rows.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    read = tarfmt.file_reader(fd)
+    try:
+        for _m in tarfmt.walk(read, 0, size):
+            pass
+    except TarDamage as e:
+        raise UsageError(
+            f"{archive} is not empty, has no index {index_path(archive)} and is not a whole "
+            f"tar ({e}): it is no archive of zotsink pack; nothing was appended, choose "
+            "another ARCHIVE",
+            path=archive,
+        ) from None
 
 
 def settle(
