@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from zotsink import append_record
 from zotsink._pack.members import read_member
 from zotsink._pack.recover import recover_archive
+from zotsink.errors import UsageError
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -164,3 +166,30 @@ def test_a_tar_made_elsewhere_is_adopted_with_its_members(
     assert r.returncode == 0, r.stderr
     assert _names(tmp_path / "made.tar") == ["a.npy", "hist.png"]
     assert zotsink("verify", "made.tar").returncode == 0
+
+
+def test_records_are_never_appended_to_an_archive(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    """Lines in a pack archive read as a torn member, which the next pack writer cuts."""
+    assert zotsink("pack", "out.tar", files[0], "--prefix", "").returncode == 0
+    before = (tmp_path / "out.tar").read_bytes()
+    why = (
+        b"out.tar is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
+        b"files into an archive with `zotsink pack out.tar FILE...`"
+    )
+    for argv in (["out.tar"], ["append", "out.tar", "rec"], ["run", "t.txt", "out.tar", "echo"]):
+        (tmp_path / "t.txt").write_bytes(b"task\n")
+        r = zotsink(*argv, input=b"rec\n")
+        assert r.returncode == 2, r.stderr
+        assert why in r.stderr, r.stderr
+        assert (tmp_path / "out.tar").read_bytes() == before
+    with pytest.raises(UsageError, match="is named as a tar archive"):
+        append_record(tmp_path / "other.tar.gz", "rec")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.npy",
+        "hist.png",
+        "out.tar",
+        "out.tar.idx",
+        "t.txt",
+    ]
