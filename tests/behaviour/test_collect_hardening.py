@@ -19,23 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from trees import make_tree as files
 
 from zotsink import collect
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 HOUR = 3600
-
-
-def files(root: Path, spec: dict[str, str], age: float = 0.0) -> Path:
-    """Write ``spec`` (relative path -> text) under ``root``; ``age``: seconds in the past."""
-    now = time.time()
-    for rel, text in spec.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-        if age:
-            os.utime(p, (now - age, now - age))
-    return root
 
 
 def cli(*args: str | os.PathLike[str], cwd: Path, **kw: object) -> subprocess.CompletedProcess:

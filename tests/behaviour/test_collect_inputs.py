@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from trees import make_tree as files
 
 from zotsink import CollectReport, collect
 
@@ -39,14 +40,6 @@ def table(path: Path) -> list[dict[str, str]]:
     rows = [[unesc(c) for c in ln.split("\t")] for ln in lines[1:-1]]
     assert all(len(r) == len(head) for r in rows)
     return [dict(zip(head, r)) for r in rows]
-
-
-def files(root: Path, spec: dict[str, bytes]) -> Path:
-    for rel, data in spec.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    return root
 
 
 def test_kv_without_newline_crlf_equals_and_several_records(tmp_path: Path) -> None:

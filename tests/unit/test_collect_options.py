@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from trees import make_tree as files
 
 import zotsink._collect.spool as collect_spool
 from zotsink import CollectReport, HeaderMismatch, UsageError, collect
@@ -22,14 +23,6 @@ def rows(path: Path) -> list[list[str]]:
     text = path.read_text()
     assert text.endswith("\n")
     return [ln.split("\t") for ln in text.split("\n")[:-1]]
-
-
-def files(root: Path, spec: dict[str, str]) -> Path:
-    for rel, text in spec.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
 
 
 def cli(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trees import make_tree as files
 
 from zotsink import collect
 from zotsink._collect import rows as collect_rows
@@ -42,14 +43,6 @@ def lane(on: bool) -> Iterator[list[int]]:
         if not on:
             mp.setattr(QuickLane, "usable", staticmethod(lambda table, mode: False))
         yield taken
-
-
-def files(root: Path, spec: dict[str, bytes]) -> Path:
-    for rel, data in spec.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    return root
 
 
 def both(d: Path, work: Path, **kw: Any) -> tuple[bytes, int]:
