@@ -193,3 +193,23 @@ def test_records_are_never_appended_to_an_archive(
         "out.tar.idx",
         "t.txt",
     ]
+
+
+@pytest.mark.parametrize("torn", [b"some text\nmore\n", b"tar cut short"], ids=["text", "tar"])
+def test_repair_cuts_nothing_of_a_file_without_index(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path], torn: bytes
+) -> None:
+    """Without its index no zotsink writer made the file: --repair must not cut its end."""
+    path = tmp_path / "x.tar"
+    if torn == b"tar cut short":
+        subprocess.run(["tar", "cf", "whole.tar", "a.npy"], cwd=tmp_path, check=True)
+        torn = (tmp_path / "whole.tar").read_bytes()[:700]
+    path.write_bytes(torn)
+    r = zotsink("verify", "x.tar")
+    assert r.returncode == 1, r.stderr
+    assert b"(not written by zotsink)" in r.stderr and b"sealed" not in r.stderr
+    r = zotsink("verify", "--repair", "x.tar")
+    assert r.returncode == 2, r.stderr
+    assert b"has no index x.tar.idx and is not a whole tar" in r.stderr
+    assert b"nothing was changed" in r.stderr
+    assert path.read_bytes() == torn and not (tmp_path / "x.tar.idx").exists()

@@ -123,7 +123,9 @@ def _verified_end(read: Reader, size: int, last: Row) -> int | None:
 SaveCut = Callable[[int], None]
 
 
-def check_adoptable(fd: int, archive: str) -> None:
+def check_adoptable(
+    fd: int, archive: str, then: str = "nothing was appended, choose another ARCHIVE"
+) -> None:
     """Refuse a non-empty ARCHIVE that has no index unless it is whole tar members.
 
     Without its index the file is not one ``zotsink pack`` wrote: a tar made elsewhere is
@@ -141,8 +143,7 @@ def check_adoptable(fd: int, archive: str) -> None:
     except TarDamage as e:
         raise UsageError(
             f"{archive} is not empty, has no index {index_path(archive)} and is not a whole "
-            f"tar ({e}): it is no archive of zotsink pack; nothing was appended, choose "
-            "another ARCHIVE",
+            f"tar ({e}): it is no archive of zotsink pack; {then}",
             path=archive,
         ) from None
 

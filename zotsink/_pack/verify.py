@@ -16,7 +16,7 @@ from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from ..errors import InputError
 from . import tarfmt
-from .archive import member_row, rewrite_index, settle, sha256_of
+from .archive import check_adoptable, member_row, rewrite_index, settle, sha256_of
 from .index import IndexCache, Row, index_path, read_index
 from .locked import locked_archive
 from .tarfmt import TarDamage
@@ -62,8 +62,10 @@ def cut_path(archive: str, offset: int) -> str:
     return f"{archive}.cut.{offset}"
 
 
-def _scan(fd: int, size: int) -> tuple[list[Row], list[str], int]:
-    """Rows of every whole member, problems of the archive, the end of the last member."""
+def _scan(fd: int, size: int, indexed: bool = True) -> tuple[list[Row], list[str], bool]:
+    """Rows of every whole member, problems of the archive, whether it ends sealed (in zero
+    blocks). ``indexed``: the archive has its index (without one, no writer of zotsink tore
+    it)."""
     read = tarfmt.file_reader(fd)
     rows: list[Row] = []
     problems: list[str] = []
@@ -81,11 +83,12 @@ def _scan(fd: int, size: int) -> tuple[list[Row], list[str], int]:
     except TarDamage as e:
         hint = (
             "a writer was killed mid-append; `zotsink verify --repair` cuts it"
-            if e.tail
+            if e.tail and indexed
             else "not written by zotsink"
         )
         problems.append(f"{e} ({hint})")
-    return rows, problems, end
+        return rows, problems, False
+    return rows, problems, end < size  # the walk ended at zero blocks that run to the end
 
 
 def _check_index(
@@ -139,16 +142,19 @@ def verify_archive(
         if repair:
             repaired = _repair(path, fd, remote)
         size = fresh_stat(fd, remote)[2]
-        found, problems, end = _scan(fd, size)
+        found, problems, sealed = _scan(fd, size, os.path.lexists(index_path(path)))
         rows, idx_problems = read_index(index_path(path))
         problems.extend(idx_problems)
         _check_index(path, found, rows, problems, os.path.exists(index_path(path)))
-    return ArchiveReport(path, len(found), size, len(rows), problems, repaired, end < size)
+    return ArchiveReport(path, len(found), size, len(rows), problems, repaired, sealed)
 
 
 def _repair(path: str, fd: int, remote: bool) -> list[str]:
     mode = os.fstat(fd).st_mode & 0o666
     notes: list[str] = []
+    if not os.path.lexists(index_path(path)):
+        # no index: nothing says a zotsink writer made (and tore) what would be cut
+        check_adoptable(fd, path, "nothing was changed")
 
     def save_cut(offset: int) -> None:
         size = os.fstat(fd).st_size
@@ -196,7 +202,7 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
         os.fsync(fd)
     # settle checks the last row only; a row wrong in the middle needs the whole index anew.
     size = fresh_stat(fd, remote)[2]
-    found, _problems, _end = _scan(fd, size)
+    found, _problems, _sealed = _scan(fd, size)
     rows, idx_problems = read_index(index_path(path))
     check: list[str] = list(idx_problems)
     _check_index(path, found, rows, check, os.path.exists(index_path(path)))
