@@ -162,6 +162,9 @@ def test_slurm_array_tasks_append_one_line_each(gluster_dirs, slurm_cluster, tmp
     task = tmp_path / "task.py"
     task.write_text(ARRAY_TASK)
     node1_out, node2_out = gluster_dirs.node1 / "out.tsv", gluster_dirs.node2 / "out.tsv"
+    # The tasks open with O_CREAT and no retry; two nodes creating it at the same moment
+    # may be answered EEXIST by GlusterFS (what zotsink's own open retries): create it first.
+    node1_out.touch()
     t0 = time.monotonic()
     res = slurm_cluster.run(
         "sbatch",
