@@ -190,7 +190,8 @@ def sync_option(f: F) -> F:
         type=click.Choice(SYNC_POLICIES),
         default="auto",
         show_default=True,
-        help="auto: fsync before unlock on network and FUSE filesystems.",
+        help="auto: fsync before unlock on network and FUSE filesystems (none there can "
+        "tear records across clients).",
     )(f)
 
 
