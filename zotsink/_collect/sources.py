@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Final
 
+from .._core.fileio import is_tar_name
 from .._core.fsinfo import is_network, mount_for
 from .pipe import read_items
 from .read import ARCHIVE, LISTED_DIR, MAX_FILE_SIZE, Item, Task, item
@@ -20,22 +21,14 @@ from .tar import read_archive
 from .walk import walk
 
 __all__ = [
-    "ARCHIVE_ENDINGS",
     "Exclude",
     "auto_jobs",
     "count_items",
-    "is_archive",
     "iter_items",
 ]
 
-#: SOURCE endings read as tar archives.
-ARCHIVE_ENDINGS: Final = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 #: Readers per SOURCE on network and FUSE filesystems when ``jobs`` is not given.
 NETWORK_JOBS: Final = 8
-
-
-def is_archive(path: str) -> bool:
-    return path.lower().endswith(ARCHIVE_ENDINGS)
 
 
 def auto_jobs(path: str) -> int:
@@ -86,7 +79,7 @@ def count_items(sources: list[str], exclude: Exclude) -> int | None:
     path list on stdin)."""
     total = 0
     for src in sources:
-        if src == "-" or (is_archive(src) and not os.path.isdir(src)):
+        if src == "-" or (is_tar_name(src) and not os.path.isdir(src)):
             return None
         if not os.path.isdir(src):
             total += not exclude.hit(src)
@@ -134,7 +127,7 @@ def iter_items(
             yield from read_items(
                 tasks, jobs or auto_jobs(src), want_stat, src, root, prefix, limit
             )
-        elif is_archive(src):
+        elif is_tar_name(src):
             prefix = _source_prefix(src, True) if multi else ""
             yield from read_archive(src, prefix, staging, wanted, limit)
         elif not exclude.hit(src):
@@ -181,7 +174,7 @@ def _listed(
             if exclude.hit(path):
                 continue  # OUT itself, its side files, the archive being written
             name = os.path.normpath(path)
-            if is_archive(path):
+            if is_tar_name(path):
                 kind = "a"
             elif wanted is not None and not wanted(name):
                 kind = "s"

@@ -12,16 +12,39 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 __all__ = [
+    "TAR_ENDINGS",
     "RefusedFile",
     "fresh_stat",
     "fsync_dir",
+    "is_tar_name",
     "line_blocks",
     "open_for_append",
     "pread_chunks",
+    "same_file",
     "side_file_problem",
     "split_lines",
     "write_all",
 ]
+
+
+#: Names of tar archives: collect reads such a SOURCE as one; a record writer refuses
+#: such an OUT (lines in a pack archive read as a torn member, which the next pack cuts).
+TAR_ENDINGS: Final = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+
+def is_tar_name(path: str) -> bool:
+    return path.lower().endswith(TAR_ENDINGS)
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two names lead to one file (by name, through links or as hard links); a name
+    that does not exist yet is no other file."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 class RefusedFile(OSError):

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 
 from ..errors import UsageError
-from .fileio import side_file_problem
+from .fileio import same_file, side_file_problem
 from .locking import Locker, open_locked
 from .sidefiles import spill_name_problem
 
@@ -86,17 +86,11 @@ def locked_spill(
 
 def check_spill_names(out: str, paths: list[str], what: str = "files") -> None:
     """Refuse, before anything is done, every named file that is not a spill file of OUT."""
-    try:
-        out_st: os.stat_result | None = os.stat(out)
-    except OSError:
-        out_st = None
     bad = []
     for p in paths:
         why = spill_name_problem(out, p)
-        if why is None and out_st is not None:
-            with contextlib.suppress(OSError):
-                if os.path.samestat(os.lstat(p), out_st):
-                    why = "it is OUT itself"
+        if why is None and same_file(p, out):
+            why = "it is OUT itself"
         if why is not None:
             bad.append(f"{p} ({why})")
     if bad:

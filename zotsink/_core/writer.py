@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
+from .fileio import RefusedFile, fresh_stat, is_tar_name, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
 
@@ -33,8 +33,6 @@ Prepare = Callable[[int, os.stat_result, bytes], bytes]
 
 #: Values accepted by ``--sync``.
 SYNC_POLICIES: Final = ("auto", "fsync", "none")
-#: Names of tar archives, which a record writer refuses as OUT.
-_ARCHIVE_ENDINGS: Final = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
 #: Errors of open() that no retry will fix, with the advice for the user.
 _OPEN_ADVICE: Final = {
     errno.ENOENT: "its directory does not exist; create it first",
@@ -107,9 +105,7 @@ class Writer:
         if sync not in SYNC_POLICIES:
             raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
         self.path = os.fspath(path)
-        if self.path.lower().endswith(_ARCHIVE_ENDINGS):
-            # Lines appended to a pack archive read as a torn member, which the next pack
-            # writer cuts: records reported appended would be lost.
+        if is_tar_name(self.path):  # lines in a pack archive: cut by the next pack writer
             raise UsageError(
                 f"{self.path} is named as a tar archive: records go to a table (.tsv, .csv, "
                 f".txt), files into an archive with `zotsink pack {self.path} FILE...`"

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from .._core.fileio import same_file
 from .._core.sidefiles import spill_name_problem
 from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
@@ -138,12 +139,14 @@ def pack_files(
 def _refuse_own(archive: str, files: Sequence[str]) -> None:
     """The archive, its index and its spill tars are never members of it: each is a typo
     or a mix-up (a spill tar's members go back with ``zotsink recover``, whole)."""
-    own = {os.path.realpath(archive): "cannot be packed into itself"}
-    own[os.path.realpath(index_path(archive))] = f"is the index of {archive}"
+    own = (
+        (archive, "cannot be packed into itself"),
+        (index_path(archive), f"is the index of {archive}"),
+    )
     for f in files:
         if f == "-":
             continue
-        why = own.get(os.path.realpath(f))
+        why = next((w for name, w in own if same_file(f, name)), None)
         if why is None and spill_name_problem(archive, f) is None:
             why = f"is a spill tar of {archive}: `zotsink recover {archive}` adds its members"
         if why is not None:

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from .._core.fileio import same_file
 from .._core.header import make_encoder
 from .._core.records import format_for
 from .._core.writer import Writer
@@ -127,7 +128,7 @@ def run_tasks(
         ("the log", log_path, "--log"),
     )
     for what, path, opt in named:
-        if _same_file(os.fspath(tasks), path):
+        if same_file(os.fspath(tasks), path):
             # `zotsink run tasks.txt tasks.txt -- CMD` would append to its own task list,
             # and the next array element would run the output as tasks
             raise UsageError(
@@ -189,12 +190,3 @@ def run_tasks(
         signal=stopper.signum if stopper is not None else None,
         error=o.error or runner.log.error or runner.ledger_error,
     )
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.abspath(a) == os.path.abspath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): not the same file
-        return False
