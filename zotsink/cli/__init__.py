@@ -187,3 +187,5 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise
         code = exit_code(e) if isinstance(e, OSError) else EXIT_INTERNAL
         fail(f"{type(e).__name__}: {e} (run with -v for details)", code)
+    finally:
+        state.args = []  # this call's: a later call into the commands must not see them
