@@ -195,6 +195,37 @@ def test_records_are_never_appended_to_an_archive(
     ]
 
 
+def test_records_are_never_appended_to_an_archive_named_otherwise(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    """An archive called img.pack is known by its index: before, a record landed in it
+    (exit 0) and the next pack cut it away as a torn member."""
+    assert zotsink("pack", "img.pack", files[0], "--prefix", "").returncode == 0
+    before = (tmp_path / "img.pack").read_bytes()
+    why = (
+        b"img.pack is a pack archive (img.pack.idx is its index): records go to a table "
+        b"(.tsv, .csv, .txt), files into the archive with `zotsink pack img.pack FILE...`"
+    )
+    runs = (["img.pack"], ["append", "img.pack", "rec"], ["run", "t.txt", "img.pack", "echo"])
+    for argv in runs:
+        (tmp_path / "t.txt").write_bytes(b"task\n")
+        r = zotsink(*argv, input=b"rec\n")
+        assert r.returncode == 2, r.stderr
+        assert why in r.stderr, r.stderr
+        assert (tmp_path / "img.pack").read_bytes() == before
+    with pytest.raises(UsageError, match="is a pack archive"):
+        append_record(tmp_path / "img.pack", "rec")
+    assert zotsink("pack", "img.pack", files[1], "--prefix", "").returncode == 0
+    assert _names(tmp_path / "img.pack") == [files[0].name, files[1].name]
+    # an .idx of the user's own, or a FIFO planted there, is no pack index: OUT is written
+    (tmp_path / "own.tsv.idx").write_bytes(b"my notes\n")
+    os.mkfifo(tmp_path / "fifo.tsv.idx")
+    for out in ("own.tsv", "fifo.tsv"):
+        r = zotsink(out, input=b"rec\n")
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / out).read_bytes() == b"rec\n"
+
+
 @pytest.mark.parametrize("torn", [b"some text\nmore\n", b"tar cut short"], ids=["text", "tar"])
 def test_repair_cuts_nothing_of_a_file_without_index(
     tmp_path: Path, zotsink: Run, files: tuple[Path, Path], torn: bytes

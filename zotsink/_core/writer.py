@@ -21,7 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import RefusedFile, fresh_stat, is_tar_name, open_for_append, write_all
+from .fileio import (
+    RefusedFile,
+    fresh_stat,
+    is_tar_name,
+    open_for_append,
+    pack_index_beside,
+    write_all,
+)
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
 
@@ -109,6 +116,13 @@ class Writer:
             raise UsageError(
                 f"{self.path} is named as a tar archive: records go to a table (.tsv, .csv, "
                 f".txt), files into an archive with `zotsink pack {self.path} FILE...`"
+            )
+        idx = None if side_file else pack_index_beside(self.path)
+        if idx is not None:  # the same, for an archive named otherwise
+            raise UsageError(
+                f"{self.path} is a pack archive ({idx} is its index): records go to a table "
+                f"(.tsv, .csv, .txt), files into the archive with `zotsink pack {self.path} "
+                "FILE...`"
             )
         self.locker = Locker(lock, self.path)
         self.fsync = sync == "fsync" or (sync == "auto" and wants_fsync(self.path))

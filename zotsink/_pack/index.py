@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._core.fileio import fresh_stat
+from .._core.fileio import PACK_INDEX_HEADER, fresh_stat
 
 __all__ = [
     "COLUMNS",
@@ -30,8 +30,9 @@ __all__ = [
     "parse_index",
 ]
 
-COLUMNS: Final = ("offset", "size", "name", "sha256", "time", "host", "job", "task")
-HEADER: Final = ("\t".join(COLUMNS) + "\n").encode()
+#: The first line, defined in _core: record writers look for it to refuse an archive as OUT.
+HEADER: Final = PACK_INDEX_HEADER
+COLUMNS: Final = tuple(HEADER.decode().rstrip("\n").split("\t"))
 _ESCAPES: Final = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
 _UNESCAPES: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
