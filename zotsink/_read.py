@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-from ._core.fileio import pread_chunks, split_lines
+from ._core.fileio import file_kind, pread_chunks, split_lines
 from ._core.locking import Locker, open_locked
 from ._core.records import csv_module, decode_row, format_for
 from .errors import InputError, RecordError
@@ -31,8 +31,7 @@ def _open_for_reading(p: str) -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):  # open(2) of a directory or a FIFO for reading succeeds
         os.close(fd)
-        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise InputError(f"{p} is {what}, not a zotsink output", path=p)
+        raise InputError(f"{p} is {file_kind(mode)}, not a zotsink output", path=p)
     return fd
 
 

@@ -24,6 +24,7 @@ import pytest
 
 import zotsink
 from zotsink import Sink, append_record, read_records
+from zotsink.errors import UsageError
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create a second user")
 OTHER = "zotsink-other"
@@ -89,13 +90,33 @@ def test_csv_field_over_128_kib_is_one_limit_everywhere(tmp_path: Path, zotsink)
 # -- what OUT may be ---------------------------------------------------------------------------
 
 
+def test_a_device_at_out_is_refused_before_anything_is_read(tmp_path: Path, zotsink) -> None:
+    """/dev/null as OUT: each batch used to be refused at open and spilled into /dev
+    (beside it), with advice to remove /dev/null; now it is a usage error up front."""
+    before = sorted(os.listdir("/dev"))
+    r = zotsink("/dev/null", input=b"r1\nr2\n", timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (
+        b"zotsink: error: /dev/null is a character device: zotsink appends records to "
+        b"regular files only; name a file as OUT\n"
+    )
+    assert sorted(os.listdir("/dev")) == before
+    with pytest.raises(UsageError, match="is a character device"):
+        append_record("/dev/null", "r1")
+    with pytest.raises(UsageError, match="is a character device"):
+        Sink("/dev/null")
+
+
 def test_a_fifo_at_out_is_refused_and_the_records_saved(tmp_path: Path, zotsink) -> None:
     out = tmp_path / "o.txt"
     os.mkfifo(out)
     r = zotsink(out, input=b"r1\nr2\n", timeout=30)
     err = r.stderr.decode()
     assert r.returncode == 74, err
-    assert "it is not a regular file; remove it" in err
+    assert (
+        "it is a FIFO, not a regular file; name another OUT "
+        "(or remove it, if it was put there by mistake)"
+    ) in err
     spills = list(tmp_path.glob("o.txt.spill.*"))
     assert [p.read_bytes() for p in spills] == [b"r1\nr2\n"]
 

@@ -162,7 +162,10 @@ def test_rejects_never_go_through_a_planted_name(tmp_path: Path, zotsink, plante
     rejects = tmp_path / "out.txt.rejects"
     if planted == "fifo":
         os.mkfifo(rejects, 0o666)
-        why = "it is not a regular file; remove it"
+        why = (
+            "it is a FIFO, not a regular file; name another OUT "
+            "(or remove it, if it was put there by mistake)"
+        )
     else:
         if planted == "symlink":
             victim.write_bytes(b"precious\n")

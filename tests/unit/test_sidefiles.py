@@ -203,7 +203,10 @@ def test_reject_never_writes_into_a_fifo_and_saves_the_lines(tmp_path: Path) -> 
     os.mkfifo(str(out) + ".rejects")
     with pytest.raises(WriteError) as e:
         sidefiles.reject(str(out), [("why", b"rec")], timeout=5)
-    assert "it is not a regular file; remove it" in str(e.value)
+    assert (
+        "it is a FIFO, not a regular file; name another OUT "
+        "(or remove it, if it was put there by mistake)"
+    ) in str(e.value)
     assert e.value.spill_path is not None
     assert Path(e.value.spill_path).read_bytes() == b"why\trec\n"
 

@@ -15,6 +15,7 @@ __all__ = [
     "PACK_INDEX_HEADER",
     "TAR_ENDINGS",
     "RefusedFile",
+    "file_kind",
     "fresh_stat",
     "fsync_dir",
     "is_tar_name",
@@ -73,6 +74,23 @@ def same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+#: What a file that is not a regular file is, for messages.
+_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """``"a FIFO"``, ``"a directory"``, ...: what a file of ``mode`` is, for a message."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((k for test, k in _KINDS if test(mode)), "not a regular file")
 
 
 class RefusedFile(OSError):
@@ -157,7 +175,11 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise RefusedFile(errno.EINVAL, "it is not a regular file; remove it")
+            raise RefusedFile(
+                errno.EINVAL,
+                f"it is {file_kind(st.st_mode)}, not a regular file; name another OUT "
+                "(or remove it, if it was put there by mistake)",
+            )
         problem = side_file_problem(st) if side_file else None
         if problem:
             raise RefusedFile(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import threading
 import time
 import weakref
@@ -23,6 +24,7 @@ from typing import Final
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
 from .fileio import (
     RefusedFile,
+    file_kind,
     fresh_stat,
     is_tar_name,
     open_for_append,
@@ -48,7 +50,7 @@ _OPEN_ADVICE: Final = {
     errno.EPERM: "permission denied; choose a place you may write to",
     errno.EROFS: "the filesystem is read-only",
     errno.ELOOP: "it is a symbolic link, which side files never follow",
-    errno.ENXIO: "it is a FIFO or a device, not a regular file; remove it",
+    errno.ENXIO: "it is a FIFO or a device, not a regular file; name another OUT",
     errno.ENOTDIR: "a part of the path is not a directory",
 }
 
@@ -116,6 +118,17 @@ class Writer:
             raise UsageError(
                 f"{self.path} is named as a tar archive: records go to a table (.tsv, .csv, "
                 f".txt), files into an archive with `zotsink pack {self.path} FILE...`"
+            )
+        try:
+            kind = os.stat(self.path).st_mode
+        except OSError:
+            kind = 0  # not there yet (or not reachable): open() will say
+        if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
+            # /dev/null as OUT: every batch would be refused at open and spilled (into /dev,
+            # beside it), the whole stream read for nothing. Said before anything is read.
+            raise UsageError(
+                f"{self.path} is {file_kind(kind)}: zotsink appends records to regular files "
+                "only; name a file as OUT"
             )
         idx = None if side_file else pack_index_beside(self.path)
         if idx is not None:  # the same, for an archive named otherwise

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from .._core.fileio import same_file
+from .._core.fileio import file_kind, same_file
 from .._core.sidefiles import spill_name_problem
 from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
@@ -21,15 +21,6 @@ from .append import MAX_MEMBER, Pending, append_pending
 from .index import Row, index_path
 
 __all__ = ["default_prefix", "pack_files", "read_file"]
-
-#: What a FILE that is not a regular file is, for the error message.
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 
 
 def default_prefix(stamp: str | Sequence[str] | None = None) -> str:
@@ -49,9 +40,9 @@ def read_file(path: str, max_member: int = MAX_MEMBER) -> Pending:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = next((k for test, k in _KINDS if test(st.st_mode)), "not a regular file")
             raise InputError(
-                f"{path} is {kind}: pack takes regular files only; nothing was appended"
+                f"{path} is {file_kind(st.st_mode)}: pack takes regular files only; "
+                "nothing was appended"
             )
         if st.st_size > max_member:
             raise RecordError(
