@@ -168,6 +168,33 @@ def test_failed_task_is_recorded_and_only_it_runs_again(tmp_path: Path, zotsink:
     assert len(lines) == 7
 
 
+def test_attempt_stamp_tells_the_lines_of_each_attempt_apart(tmp_path: Path, zotsink: Run) -> None:
+    """A task run again prints its lines again: ``--stamp attempt`` says which start each
+    line came from, and the ledger's ok ``end`` row says which attempt to keep."""
+    tasks = write_tasks(tmp_path / "tasks.txt", 3)
+    (tmp_path / "proc.py").write_text(FAILER)
+    (tmp_path / "item2.fail").touch()
+    cmd = ("run", tasks, "out.tsv", "--stamp", "tasknum,attempt", "--columns", "item,what")
+    cmd += ("--", "python3", "proc.py")
+    assert zotsink(*cmd).returncode == 1
+    (tmp_path / "item2.fail").unlink()
+    r = zotsink(*cmd)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert rows[0] == ["tasknum", "attempt", "item", "what"]
+    assert sorted(map(tuple, rows[1:])) == [
+        ("1", "1", "item1", "done"),
+        ("2", "1", "item2", "done"),
+        ("2", "2", "item2", "done"),
+        ("3", "1", "item3", "done"),
+    ]
+    ends = [e for e in ledger_rows(tmp_path / "out.tsv.ledger") if e["event"] == "end"]
+    ok = {(e["tasknum"], e["attempt"]) for e in ends if e["status"] == "ok"}
+    assert ok == {("1", "1"), ("2", "2"), ("3", "1")}
+    kept = [row for row in rows[1:] if (row[0], row[1]) in ok]
+    assert sorted(row[2] for row in kept) == ["item1", "item2", "item3"]
+
+
 def test_retries_timeout_and_missing_command(tmp_path: Path, zotsink: Run) -> None:
     tasks = tmp_path / "tasks.txt"
     tasks.write_text("exit 5\nsleep 30\nno-such-command-here\necho fine\n")

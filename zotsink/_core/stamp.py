@@ -2,8 +2,9 @@
 
 ``job`` is the array's job id for an array task and ``task`` its index, from Slurm, SGE,
 PBS or LSF variables; ``time`` is UTC ISO-8601 with microseconds; ``tasknum`` is the task's
-line in the task list, which ``zotsink run`` gives each task in ``ZOTSINK_TASKNUM`` (empty
-outside ``run``).
+line in the task list, which ``zotsink run`` gives each task in ``ZOTSINK_TASKNUM``, and
+``attempt`` which start of that task this is (1, 2, ...: ``ZOTSINK_ATTEMPT``); both are empty
+outside ``run``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Final
 from ..errors import UsageError
 
 __all__ = [
+    "ATTEMPT_VAR",
     "DEFAULT_STAMP",
     "STAMP_FIELDS",
     "TASKNUM_VAR",
@@ -24,10 +26,13 @@ __all__ = [
 ]
 
 #: Provenance fields ``--stamp`` can prepend, and the ones a bare ``--stamp`` picks.
-STAMP_FIELDS: Final = ("time", "host", "pid", "job", "task", "tasknum")
+STAMP_FIELDS: Final = ("time", "host", "pid", "job", "task", "tasknum", "attempt")
 DEFAULT_STAMP: Final = ("time", "host", "job", "task")
 #: Where ``zotsink run`` tells each task its task number (its line in the task list).
 TASKNUM_VAR: Final = "ZOTSINK_TASKNUM"
+#: ... and which start of that task this is: a task stopped by a signal and run again prints
+#: its first lines twice, and this field tells the attempts' lines apart.
+ATTEMPT_VAR: Final = "ZOTSINK_ATTEMPT"
 
 
 def parse_stamp(spec: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -87,6 +92,8 @@ def stamp_values(
             out.append(job_id(env))
         elif f == "tasknum":
             out.append(env.get(TASKNUM_VAR, ""))
+        elif f == "attempt":
+            out.append(env.get(ATTEMPT_VAR, ""))
         else:
             out.append(task_id(env))
     return out

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._core.records import Encoder
-from .._core.stamp import TASKNUM_VAR
+from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._input import BlockEncoder
 from .._signals import Stopper
 from .._stream import STOP_LOCK_TIMEOUT
@@ -202,7 +202,7 @@ class Pool:
             self._spawn(task, attempt)
 
     def _spawn(self, task: Task, attempt: int) -> None:
-        env = {**self.env, TASKNUM_VAR: str(task.num)}
+        env = {**self.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
         tpl = self.template
         enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum stamp
         proc = _Proc(task, attempt, BlockEncoder(enc, self.kv, count=True))

@@ -220,7 +220,7 @@ def record_options(f: F) -> F:
         click.option(
             "--stamp",
             metavar="[FIELDS]",
-            help="Prepend provenance: any of time,host,pid,job,task,tasknum "
+            help="Prepend provenance: any of time,host,pid,job,task,tasknum,attempt "
             "(bare --stamp: time,host,job,task).",
         ),
     )(f)
