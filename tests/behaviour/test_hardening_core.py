@@ -90,6 +90,32 @@ def test_csv_field_over_128_kib_is_one_limit_everywhere(tmp_path: Path, zotsink)
 # -- what OUT may be ---------------------------------------------------------------------------
 
 
+def test_dash_is_never_taken_for_a_file_named_dash(tmp_path: Path, zotsink) -> None:
+    """``-`` means standard output to most tools: as OUT or ARCHIVE it used to become a file
+    named ``-`` in the working directory, holding the records (exit 0)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f1").write_bytes(b"a:1\n")
+    (tmp_path / "t.txt").write_bytes(b"task\n")
+    why = (
+        b"zotsink: error: OUT - would be a file named '-': zotsink appends to a named, shared "
+        b"file; name it (to print a table: zotsink cat OUT)\n"
+    )
+    for argv in (["-"], ["append", "-", "rec"], ["run", "t.txt", "-", "--", "echo"]):
+        r = zotsink(*argv, input=b"rec\n")
+        assert (r.returncode, r.stderr) == (2, why), argv
+    r = zotsink("collect", "src", "-o", "-")
+    assert (r.returncode, r.stderr) == (2, why)
+    r = zotsink("pack", "-", "src/f1")
+    assert r.returncode == 2
+    assert r.stderr == (
+        b"zotsink: error: ARCHIVE - would be a file named '-': pack appends to a named, shared "
+        b"tar; name it\n"
+    )
+    with pytest.raises(UsageError, match="would be a file named '-'"):
+        append_record("-", "rec")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "t.txt"]
+
+
 def test_a_device_at_out_is_refused_before_anything_is_read(tmp_path: Path, zotsink) -> None:
     """/dev/null as OUT: each batch used to be refused at open and spilled into /dev
     (beside it), with advice to remove /dev/null; now it is a usage error up front."""

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple, Union
 
+from .._core.outcheck import check_out
 from ..errors import UsageError
 from .archive import MIN_AGE, archive_mode
 from .export import WHOLE, check_whole_target, output_format
@@ -92,6 +93,7 @@ def check_options(
         if s != "-" and not os.path.lexists(s):
             raise UsageError(f"SOURCE {s} does not exist")
     out = os.fspath(output)
+    check_out(out)  # the writer's own refusals, before a million files are read
     _check_place("OUT", out)
     if os.path.isdir(out):
         raise UsageError(f"OUT {out} is a directory; name a file inside it")

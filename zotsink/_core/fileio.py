@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 __all__ = [
-    "PACK_INDEX_HEADER",
     "TAR_ENDINGS",
     "RefusedFile",
     "file_kind",
@@ -21,7 +20,6 @@ __all__ = [
     "is_tar_name",
     "line_blocks",
     "open_for_append",
-    "pack_index_beside",
     "pread_chunks",
     "same_file",
     "side_file_problem",
@@ -37,32 +35,6 @@ TAR_ENDINGS: Final = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
 def is_tar_name(path: str) -> bool:
     return path.lower().endswith(TAR_ENDINGS)
-
-
-#: The first line of ``ARCHIVE.idx``, the index ``zotsink pack`` keeps beside an archive of
-#: any name: what shows that a file is a pack archive when its name does not.
-PACK_INDEX_HEADER: Final = b"offset\tsize\tname\tsha256\ttime\thost\tjob\ttask\n"
-
-
-def pack_index_beside(path: str) -> str | None:
-    """The name of the pack index beside ``path`` (``path.idx``, a regular file that starts
-    with :data:`PACK_INDEX_HEADER`), or None. A record writer refuses such an OUT: its lines
-    would read as a torn member, which the next ``zotsink pack`` cuts away."""
-    idx = path + ".idx"
-    try:
-        # O_NONBLOCK: a FIFO planted at the name must not hang the writer
-        fd = os.open(idx, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        head = os.read(fd, len(PACK_INDEX_HEADER))
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return idx if head == PACK_INDEX_HEADER else None
 
 
 def same_file(a: str, b: str) -> bool:

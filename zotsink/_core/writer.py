@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import threading
 import time
 import weakref
@@ -22,17 +21,10 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
-from .fileio import (
-    RefusedFile,
-    file_kind,
-    fresh_stat,
-    is_tar_name,
-    open_for_append,
-    pack_index_beside,
-    write_all,
-)
+from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
+from .outcheck import check_out
 
 __all__ = ["SYNC_POLICIES", "Writer", "first_line"]
 
@@ -114,29 +106,8 @@ class Writer:
         if sync not in SYNC_POLICIES:
             raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
         self.path = os.fspath(path)
-        if is_tar_name(self.path):  # lines in a pack archive: cut by the next pack writer
-            raise UsageError(
-                f"{self.path} is named as a tar archive: records go to a table (.tsv, .csv, "
-                f".txt), files into an archive with `zotsink pack {self.path} FILE...`"
-            )
-        try:
-            kind = os.stat(self.path).st_mode
-        except OSError:
-            kind = 0  # not there yet (or not reachable): open() will say
-        if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
-            # /dev/null as OUT: every batch would be refused at open and spilled (into /dev,
-            # beside it), the whole stream read for nothing. Said before anything is read.
-            raise UsageError(
-                f"{self.path} is {file_kind(kind)}: zotsink appends records to regular files "
-                "only; name a file as OUT"
-            )
-        idx = None if side_file else pack_index_beside(self.path)
-        if idx is not None:  # the same, for an archive named otherwise
-            raise UsageError(
-                f"{self.path} is a pack archive ({idx} is its index): records go to a table "
-                f"(.tsv, .csv, .txt), files into the archive with `zotsink pack {self.path} "
-                "FILE...`"
-            )
+        if not side_file:
+            check_out(self.path)
         self.locker = Locker(lock, self.path)
         self.fsync = sync == "fsync" or (sync == "auto" and wants_fsync(self.path))
         self._header = header

@@ -221,6 +221,10 @@ def append_pending(
     """:func:`append_members` for members with their own attributes; ``spill=False`` raises
     without saving them (for :func:`.recover.recover_archive`, whose spill file has them)."""
     path = os.fspath(path)
+    if path == "-":  # a tar on standard output is `tar cf - FILE...`: pack appends to a file
+        raise UsageError(
+            "ARCHIVE - would be a file named '-': pack appends to a named, shared tar; name it"
+        )
     if sync not in ("auto", "fsync", "none"):
         raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
     if timeout < 0:

@@ -17,7 +17,8 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._core.fileio import PACK_INDEX_HEADER, fresh_stat
+from .._core.fileio import fresh_stat
+from .._core.outcheck import PACK_INDEX_HEADER
 
 __all__ = [
     "COLUMNS",

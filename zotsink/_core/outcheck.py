@@ -1,0 +1,80 @@
+"""What OUT may be: the refusals made before anything is read.
+
+A record writer (``zotsink OUT``, ``append``, ``run``, ``collect``, ``append_record``,
+``Sink``) calls :func:`check_out` when it is made, so that a wrong OUT costs an error
+message, not a stream read for nothing or records where they do not belong.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Final
+
+from ..errors import UsageError
+from .fileio import file_kind, is_tar_name
+
+__all__ = ["PACK_INDEX_HEADER", "check_out", "pack_index_beside"]
+
+
+#: The first line of ``ARCHIVE.idx``, the index ``zotsink pack`` keeps beside an archive of
+#: any name: what shows that a file is a pack archive when its name does not.
+PACK_INDEX_HEADER: Final = b"offset\tsize\tname\tsha256\ttime\thost\tjob\ttask\n"
+
+
+def pack_index_beside(path: str) -> str | None:
+    """The name of the pack index beside ``path`` (``path.idx``, a regular file that starts
+    with :data:`PACK_INDEX_HEADER`), or None. A record writer refuses such an OUT: its lines
+    would read as a torn member, which the next ``zotsink pack`` cuts away."""
+    idx = path + ".idx"
+    try:
+        # O_NONBLOCK: a FIFO planted at the name must not hang the writer
+        fd = os.open(idx, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, len(PACK_INDEX_HEADER))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return idx if head == PACK_INDEX_HEADER else None
+
+
+def check_out(path: str) -> None:
+    """Refuse, before anything is read, an OUT that records must never go to (UsageError).
+
+    ``-`` (a file named ``-``, where a user meant standard output); a tar archive by its
+    name, or a pack archive of any name by the index beside it (lines in an archive read
+    as a torn member, which the next ``zotsink pack`` cuts); a device (``/dev/null``: every
+    batch would be refused at open and spilled into ``/dev``, the whole stream read for
+    nothing). Anything else that is not a regular file is refused at open, with the
+    records saved: a FIFO can be planted at any time.
+    """
+    if path == "-":
+        raise UsageError(
+            "OUT - would be a file named '-': zotsink appends to a named, shared file; name "
+            "it (to print a table: zotsink cat OUT)"
+        )
+    if is_tar_name(path):
+        raise UsageError(
+            f"{path} is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
+            f"files into an archive with `zotsink pack {path} FILE...`"
+        )
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        kind = 0  # not there yet (or not reachable): open() will say
+    if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
+        raise UsageError(
+            f"{path} is {file_kind(kind)}: zotsink appends records to regular files only; "
+            "name a file as OUT"
+        )
+    idx = pack_index_beside(path)
+    if idx is not None:
+        raise UsageError(
+            f"{path} is a pack archive ({idx} is its index): records go to a table (.tsv, "
+            f".csv, .txt), files into the archive with `zotsink pack {path} FILE...`"
+        )
