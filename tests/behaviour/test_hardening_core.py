@@ -133,18 +133,24 @@ def test_a_device_at_out_is_refused_before_anything_is_read(tmp_path: Path, zots
         Sink("/dev/null")
 
 
-def test_a_fifo_at_out_is_refused_and_the_records_saved(tmp_path: Path, zotsink) -> None:
-    out = tmp_path / "o.txt"
+@pytest.mark.parametrize("kv", [False, True], ids=["lines", "kv"])
+def test_a_fifo_at_out_is_refused_and_the_records_saved(tmp_path: Path, zotsink, kv: bool) -> None:
+    """With --kv the header is read from OUT first: that read used to block on the FIFO,
+    forever, and the stop signal only made it try again."""
+    out = tmp_path / ("o.tsv" if kv else "o.txt")
     os.mkfifo(out)
-    r = zotsink(out, input=b"r1\nr2\n", timeout=30)
+    if kv:
+        r = zotsink("--kv", out, input=b"a:1\na:2\n", timeout=30)
+    else:
+        r = zotsink(out, input=b"r1\nr2\n", timeout=30)
     err = r.stderr.decode()
     assert r.returncode == 74, err
     assert (
         "it is a FIFO, not a regular file; name another OUT "
         "(or remove it, if it was put there by mistake)"
     ) in err
-    spills = list(tmp_path.glob("o.txt.spill.*"))
-    assert [p.read_bytes() for p in spills] == [b"r1\nr2\n"]
+    spills = list(tmp_path.glob(f"{out.name}.spill.*"))
+    assert [p.read_bytes() for p in spills] == [b"a\n1\n2\n" if kv else b"r1\nr2\n"]
 
 
 @ROOT_ONLY

@@ -86,6 +86,30 @@ def test_a_fifo_named_as_a_spill_tar_is_left_without_hanging(
     assert fifo.exists() and _names(archive) == ["a.txt", "b.txt"]
 
 
+def test_a_fifo_at_the_index_name_hangs_neither_verify_nor_cat(
+    archive: Path, tmp_path: Path, zotsink: Run
+) -> None:
+    """verify and cat --list used to open arch.tar.idx blocking: a FIFO there hung them."""
+    idx = tmp_path / "arch.tar.idx"
+    idx.unlink()
+    os.mkfifo(idx)
+    r = zotsink("verify", "arch.tar", timeout=20)
+    assert r.returncode == 1, r.stderr
+    assert (
+        b"arch.tar.idx is a FIFO, not an index: `zotsink verify --repair` puts an index "
+        b"rebuilt from the archive in its place" in r.stderr
+    )
+    r = zotsink("cat", "arch.tar", "--list", timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert [line.split(b"\t")[2] for line in r.stdout.splitlines()[1:]] == [b"a.txt", b"b.txt"]
+    assert b"arch.tar.idx is missing (or no regular file); walking the archive" in r.stderr
+    r = zotsink("verify", "--repair", "arch.tar", timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert idx.is_file() and not idx.is_fifo()
+    assert zotsink("verify", "arch.tar", timeout=20).returncode == 0
+    assert _names(archive) == ["a.txt", "b.txt"]
+
+
 def test_a_link_named_as_a_spill_tar_is_not_followed(
     archive: Path, tmp_path: Path, zotsink: Run
 ) -> None:

@@ -7,6 +7,8 @@ line it never changes: reading it needs no lock.
 from __future__ import annotations
 
 import errno
+import os
+import stat
 import time
 from collections.abc import Sequence
 from typing import Union
@@ -42,8 +44,17 @@ def existing_header(path: str) -> bytes | None:
     """
     for attempt in range(_ESTALE_TRIES):
         try:
-            with open(path, "rb") as f:
-                line = f.readline(1 << 20)
+            # O_NONBLOCK: a FIFO planted at OUT's name must not hang the start (the writer
+            # refuses it at open, saving the records); nor is a device read for a header.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                os.set_blocking(fd, True)
+                with os.fdopen(fd, "rb", closefd=False) as f:
+                    line = f.readline(1 << 20)
+            finally:
+                os.close(fd)
             break
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None

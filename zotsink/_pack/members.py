@@ -36,10 +36,10 @@ def list_members(path: str | os.PathLike[str]) -> list[Row]:
     path = os.fspath(path)
     fd = _open(path)
     try:
-        if os.path.exists(index_path(path)):
+        if os.path.isfile(index_path(path)):
             return read_index(index_path(path))[0]
         warnings.warn(
-            f"{index_path(path)} is missing; walking the archive instead "
+            f"{index_path(path)} is missing (or no regular file); walking the archive instead "
             "(`zotsink verify --repair` rebuilds the index)",
             ZotsinkWarning,
             stacklevel=2,
