@@ -168,22 +168,30 @@ def test_a_tar_made_elsewhere_is_adopted_with_its_members(
     assert zotsink("verify", "made.tar").returncode == 0
 
 
-def test_records_are_never_appended_to_an_archive(
-    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+def _refused_by_every_writer(
+    tmp_path: Path, zotsink: Run, out: str, member: Path, why: bytes
 ) -> None:
-    """Lines in a pack archive read as a torn member, which the next pack writer cuts."""
-    assert zotsink("pack", "out.tar", files[0], "--prefix", "").returncode == 0
-    before = (tmp_path / "out.tar").read_bytes()
-    why = (
-        b"out.tar is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
-        b"files into an archive with `zotsink pack out.tar FILE...`"
-    )
-    for argv in (["out.tar"], ["append", "out.tar", "rec"], ["run", "t.txt", "out.tar", "echo"]):
+    """OUT made a pack archive of ``member``: ``zotsink OUT``, ``append OUT`` and ``run TASKS
+    OUT`` all refuse it (exit 2, ``why`` on stderr), and it keeps its bytes."""
+    assert zotsink("pack", out, member, "--prefix", "").returncode == 0
+    before = (tmp_path / out).read_bytes()
+    for argv in ([out], ["append", out, "rec"], ["run", "t.txt", out, "echo"]):
         (tmp_path / "t.txt").write_bytes(b"task\n")
         r = zotsink(*argv, input=b"rec\n")
         assert r.returncode == 2, r.stderr
         assert why in r.stderr, r.stderr
-        assert (tmp_path / "out.tar").read_bytes() == before
+        assert (tmp_path / out).read_bytes() == before
+
+
+def test_records_are_never_appended_to_an_archive(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
+) -> None:
+    """Lines in a pack archive read as a torn member, which the next pack writer cuts."""
+    why = (
+        b"out.tar is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
+        b"files into an archive with `zotsink pack out.tar FILE...`"
+    )
+    _refused_by_every_writer(tmp_path, zotsink, "out.tar", files[0], why)
     with pytest.raises(UsageError, match="is named as a tar archive"):
         append_record(tmp_path / "other.tar.gz", "rec")
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -200,19 +208,11 @@ def test_records_are_never_appended_to_an_archive_named_otherwise(
 ) -> None:
     """An archive called img.pack is known by its index: before, a record landed in it
     (exit 0) and the next pack cut it away as a torn member."""
-    assert zotsink("pack", "img.pack", files[0], "--prefix", "").returncode == 0
-    before = (tmp_path / "img.pack").read_bytes()
     why = (
         b"img.pack is a pack archive (img.pack.idx is its index): records go to a table "
         b"(.tsv, .csv, .txt), files into the archive with `zotsink pack img.pack FILE...`"
     )
-    runs = (["img.pack"], ["append", "img.pack", "rec"], ["run", "t.txt", "img.pack", "echo"])
-    for argv in runs:
-        (tmp_path / "t.txt").write_bytes(b"task\n")
-        r = zotsink(*argv, input=b"rec\n")
-        assert r.returncode == 2, r.stderr
-        assert why in r.stderr, r.stderr
-        assert (tmp_path / "img.pack").read_bytes() == before
+    _refused_by_every_writer(tmp_path, zotsink, "img.pack", files[0], why)
     with pytest.raises(UsageError, match="is a pack archive"):
         append_record(tmp_path / "img.pack", "rec")
     assert zotsink("pack", "img.pack", files[1], "--prefix", "").returncode == 0
