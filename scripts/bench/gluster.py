@@ -52,18 +52,27 @@ print(n / (time.perf_counter() - t))
 def writers(mode: str, mounts: list[Path], per_mount: int, n: int, tag: str) -> float:
     """Aggregate records/s of ``per_mount`` writers on each of ``mounts``."""
     out = [m / f"bench-{tag}.txt" for m in mounts]
+    # OUT exists before the writers start: GlusterFS can answer EEXIST to two clients'
+    # O_CREAT at once, which the bare loop (unlike zotsink) does not retry.
+    out[0].touch()
+    for _ in range(100):
+        if all(o.exists() for o in out):
+            break
+        time.sleep(0.1)
     t = time.perf_counter()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, mode, str(o), str(n), f"{tag}{i}"],
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for o in out
         for i in range(per_mount)
     ]
     for p in procs:
-        p.communicate()
-        assert p.returncode == 0
+        _, err = p.communicate()
+        if p.returncode:
+            sys.exit(f"bench: a {mode} writer exited {p.returncode}:\n{err.decode()[-2000:]}")
     took = time.perf_counter() - t
     return len(procs) * n / took
 
