@@ -10,10 +10,9 @@ every writer.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 
-from ._core.fileio import file_kind, pread_chunks, split_lines
+from ._core.fileio import file_kind, open_regular, pread_chunks, split_lines
 from ._core.locking import Locker, open_locked
 from ._core.records import csv_module, decode_row, format_for
 from .errors import InputError, RecordError
@@ -23,15 +22,13 @@ __all__ = ["iter_snapshot", "read_records", "snapshot"]
 
 def _open_for_reading(p: str) -> int:
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, st = open_regular(p)
     except FileNotFoundError:
         raise InputError(f"{p} does not exist", path=p) from None
     except IsADirectoryError:
         raise InputError(f"{p} is a directory, not a zotsink output", path=p) from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # open(2) of a directory or a FIFO for reading succeeds
-        os.close(fd)
-        raise InputError(f"{p} is {file_kind(mode)}, not a zotsink output", path=p)
+    if fd < 0:  # open(2) of a directory or a FIFO for reading succeeds
+        raise InputError(f"{p} is {file_kind(st.st_mode)}, not a zotsink output", path=p)
     return fd
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from zotsink import append_record
+from zotsink._core.fileio import TAR_ENDINGS
 from zotsink._pack.members import read_member
 from zotsink._pack.recover import recover_archive
 from zotsink.errors import UsageError
@@ -168,60 +170,53 @@ def test_a_tar_made_elsewhere_is_adopted_with_its_members(
     assert zotsink("verify", "made.tar").returncode == 0
 
 
-def _refused_by_every_writer(
-    tmp_path: Path, zotsink: Run, out: str, member: Path, why: bytes
+#: What every record writer says to an archive as OUT: known by its name, or by its index.
+ARCHIVE_REFUSALS = {
+    "out.tar": "out.tar is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
+    "files into an archive with `zotsink pack out.tar FILE...`",
+    "img.pack": "img.pack is a pack archive (img.pack.idx is its index): records go to a table "
+    "(.tsv, .csv, .txt), files into the archive with `zotsink pack img.pack FILE...`",
+}
+
+
+@pytest.mark.parametrize("out", list(ARCHIVE_REFUSALS))
+def test_records_are_never_appended_to_an_archive(
+    tmp_path: Path, zotsink: Run, files: tuple[Path, Path], out: str, monkeypatch
 ) -> None:
-    """OUT made a pack archive of ``member``: ``zotsink OUT``, ``append OUT`` and ``run TASKS
-    OUT`` all refuse it (exit 2, ``why`` on stderr), and it keeps its bytes."""
-    assert zotsink("pack", out, member, "--prefix", "").returncode == 0
+    """Lines in a pack archive read as a torn member, which the next pack writer cuts. An
+    archive named otherwise (img.pack) used to take the record, exit 0."""
+    why = ARCHIVE_REFUSALS[out]
+    assert zotsink("pack", out, files[0], "--prefix", "").returncode == 0
     before = (tmp_path / out).read_bytes()
     for argv in ([out], ["append", out, "rec"], ["run", "t.txt", out, "echo"]):
         (tmp_path / "t.txt").write_bytes(b"task\n")
         r = zotsink(*argv, input=b"rec\n")
         assert r.returncode == 2, r.stderr
-        assert why in r.stderr, r.stderr
+        assert why.encode() in r.stderr, r.stderr
         assert (tmp_path / out).read_bytes() == before
-
-
-def test_records_are_never_appended_to_an_archive(
-    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
-) -> None:
-    """Lines in a pack archive read as a torn member, which the next pack writer cuts."""
-    why = (
-        b"out.tar is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
-        b"files into an archive with `zotsink pack out.tar FILE...`"
+    monkeypatch.chdir(tmp_path)  # the message names OUT as given
+    with pytest.raises(UsageError, match=re.escape(why)):
+        append_record(out, "rec")
+    assert zotsink("pack", out, files[1], "--prefix", "").returncode == 0
+    assert _names(tmp_path / out) == [files[0].name, files[1].name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [files[0].name, files[1].name, out, f"{out}.idx", "t.txt"]
     )
-    _refused_by_every_writer(tmp_path, zotsink, "out.tar", files[0], why)
+
+
+@pytest.mark.parametrize("ending", TAR_ENDINGS)
+def test_every_tar_ending_is_refused_as_out(tmp_path: Path, ending: str) -> None:
     with pytest.raises(UsageError, match="is named as a tar archive"):
-        append_record(tmp_path / "other.tar.gz", "rec")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "a.npy",
-        "hist.png",
-        "out.tar",
-        "out.tar.idx",
-        "t.txt",
-    ]
+        append_record(tmp_path / f"other{ending.upper()}", "rec")
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_records_are_never_appended_to_an_archive_named_otherwise(
-    tmp_path: Path, zotsink: Run, files: tuple[Path, Path]
-) -> None:
-    """An archive called img.pack is known by its index: before, a record landed in it
-    (exit 0) and the next pack cut it away as a torn member."""
-    why = (
-        b"img.pack is a pack archive (img.pack.idx is its index): records go to a table "
-        b"(.tsv, .csv, .txt), files into the archive with `zotsink pack img.pack FILE...`"
-    )
-    _refused_by_every_writer(tmp_path, zotsink, "img.pack", files[0], why)
-    with pytest.raises(UsageError, match="is a pack archive"):
-        append_record(tmp_path / "img.pack", "rec")
-    assert zotsink("pack", "img.pack", files[1], "--prefix", "").returncode == 0
-    assert _names(tmp_path / "img.pack") == [files[0].name, files[1].name]
-    # an .idx of the user's own, or a FIFO planted there, is no pack index: OUT is written
+def test_an_idx_that_is_no_pack_index_leaves_out_alone(tmp_path: Path, zotsink: Run) -> None:
+    """An .idx of the user's own, or a FIFO planted there, is no pack index: OUT is written."""
     (tmp_path / "own.tsv.idx").write_bytes(b"my notes\n")
     os.mkfifo(tmp_path / "fifo.tsv.idx")
     for out in ("own.tsv", "fifo.tsv"):
-        r = zotsink(out, input=b"rec\n")
+        r = zotsink(out, input=b"rec\n", timeout=30)
         assert r.returncode == 0, r.stderr
         assert (tmp_path / out).read_bytes() == b"rec\n"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from zotsink._core import sidefiles
-from zotsink._core.fileio import side_file_problem
+from zotsink._core.fileio import file_kind, open_regular, side_file_problem
 from zotsink._core.writer import Writer
 from zotsink.errors import LockTimeout, WriteError
 
@@ -247,3 +247,20 @@ def test_a_file_of_another_user_is_never_trusted(tmp_path: Path, dir_mode: int) 
     assert side_file_problem(os.stat(f)) == (
         f"it belongs to nobody (uid {nobody.pw_uid}), not to you"
     )
+
+
+def test_open_regular_opens_files_only_and_never_waits_on_a_fifo(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"line\n")
+    fd, st = open_regular(str(f))
+    try:
+        assert os.read(fd, 10) == b"line\n" and st.st_size == 5
+        assert os.get_blocking(fd)  # a regular file's descriptor blocks again
+    finally:
+        os.close(fd)
+    os.mkfifo(tmp_path / "fifo")  # no writer: a blocking open would wait for ever
+    for other, kind in (("fifo", "a FIFO"), (".", "a directory")):
+        fd, st = open_regular(str(tmp_path / other))
+        assert fd == -1 and file_kind(st.st_mode) == kind
+    with pytest.raises(FileNotFoundError):
+        open_regular(str(tmp_path / "missing"))

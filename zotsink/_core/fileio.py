@@ -20,6 +20,7 @@ __all__ = [
     "is_tar_name",
     "line_blocks",
     "open_for_append",
+    "open_regular",
     "pread_chunks",
     "same_file",
     "side_file_problem",
@@ -63,6 +64,25 @@ def file_kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "a regular file"
     return next((k for test, k in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str) -> tuple[int, os.stat_result]:
+    """Open ``path`` for reading: ``(fd, its fstat)``, or ``(-1, its fstat)``, nothing left
+    open, when it is not a regular file. Opened without blocking: a FIFO at the name (one
+    planted in a shared directory, or a typo) would otherwise hang the open until someone
+    writes to it; a regular file's descriptor is blocking again. ``OSError`` as from open(2).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            os.set_blocking(fd, True)
+            return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return -1, st
 
 
 class RefusedFile(OSError):

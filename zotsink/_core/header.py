@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import time
 from collections.abc import Sequence
 from typing import Union
 
 from ..errors import UsageError
+from .fileio import open_regular
 from .records import Encoder, decode_row
 
 __all__ = ["Columns", "column_names", "existing_header", "make_encoder"]
@@ -44,17 +44,13 @@ def existing_header(path: str) -> bytes | None:
     """
     for attempt in range(_ESTALE_TRIES):
         try:
-            # O_NONBLOCK: a FIFO planted at OUT's name must not hang the start (the writer
-            # refuses it at open, saving the records); nor is a device read for a header.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return None
-                os.set_blocking(fd, True)
-                with os.fdopen(fd, "rb", closefd=False) as f:
-                    line = f.readline(1 << 20)
-            finally:
-                os.close(fd)
+            # A FIFO planted at OUT's name must not hang the start (the writer refuses it at
+            # open, saving the records), nor is a device read for a header.
+            fd, _st = open_regular(path)
+            if fd < 0:
+                return None
+            with os.fdopen(fd, "rb") as f:
+                line = f.readline(1 << 20)
             break
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None

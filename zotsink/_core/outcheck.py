@@ -12,7 +12,7 @@ import stat
 from typing import Final
 
 from ..errors import UsageError
-from .fileio import file_kind, is_tar_name
+from .fileio import file_kind, is_tar_name, open_regular
 
 __all__ = ["PACK_INDEX_HEADER", "check_out", "pack_index_beside"]
 
@@ -28,13 +28,12 @@ def pack_index_beside(path: str) -> str | None:
     would read as a torn member, which the next ``zotsink pack`` cuts away."""
     idx = path + ".idx"
     try:
-        # O_NONBLOCK: a FIFO planted at the name must not hang the writer
-        fd = os.open(idx, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _st = open_regular(idx)
     except OSError:
         return None
+    if fd < 0:
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         head = os.read(fd, len(PACK_INDEX_HEADER))
     except OSError:
         return None

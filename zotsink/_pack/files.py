@@ -8,12 +8,11 @@ adjacent, under one lock hold.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from .._core.fileio import file_kind, same_file
+from .._core.fileio import file_kind, open_regular, same_file
 from .._core.sidefiles import spill_name_problem
 from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
@@ -33,23 +32,20 @@ def default_prefix(stamp: str | Sequence[str] | None = None) -> str:
 def read_file(path: str, max_member: int = MAX_MEMBER) -> Pending:
     """A regular file as a member (base name, mode, mtime, owner); InputError otherwise."""
     try:
-        # O_NONBLOCK: a FIFO given as FILE must not hang the open; it is refused below.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, st = open_regular(path)  # a FIFO given as FILE must not hang the open
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror or e}; nothing was appended") from e
+    if fd < 0:
+        raise InputError(
+            f"{path} is {file_kind(st.st_mode)}: pack takes regular files only; "
+            "nothing was appended"
+        )
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(
-                f"{path} is {file_kind(st.st_mode)}: pack takes regular files only; "
-                "nothing was appended"
-            )
         if st.st_size > max_member:
             raise RecordError(
                 f"{path} has {st.st_size} bytes, over the --max-member limit of {max_member}; "
                 "nothing was appended"
             )
-        os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(max_member + 1)
     except OSError as e:

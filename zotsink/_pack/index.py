@@ -14,11 +14,10 @@ PAX ``comment``, so a lost or stale index is rebuilt from the archive alone.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._core.fileio import file_kind, fresh_stat
+from .._core.fileio import file_kind, fresh_stat, open_regular
 from .._core.outcheck import PACK_INDEX_HEADER
 
 __all__ = [
@@ -184,21 +183,15 @@ def _pread_all(fd: int, offset: int, length: int) -> bytes:
 def read_index(path: str) -> tuple[list[Row], list[str]]:
     """All rows of an index file and its problems; ([], []) when there is none."""
     try:
-        # O_NONBLOCK: a FIFO planted at the index's name must not hang verify or cat
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, st = open_regular(path)  # a FIFO planted there must not hang verify or cat
     except FileNotFoundError:
         return [], []
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return [], [
-                f"{path} is {file_kind(mode)}, not an index: `zotsink verify --repair` "
-                "puts an index rebuilt from the archive in its place"
-            ]
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read()
-    finally:
-        os.close(fd)
+    if fd < 0:
+        return [], [
+            f"{path} is {file_kind(st.st_mode)}, not an index: `zotsink verify --repair` "
+            "puts an index rebuilt from the archive in its place"
+        ]
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
     rows, problems, _ = parse_index(data)
     return rows, problems

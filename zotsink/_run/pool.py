@@ -204,7 +204,7 @@ class Pool:
     def _spawn(self, task: Task, attempt: int) -> None:
         env = {**self.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
         tpl = self.template
-        enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum stamp
+        enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum and attempt
         proc = _Proc(task, attempt, BlockEncoder(enc, self.kv, count=True))
         self.procs.append(proc)
         self.started += 1
