@@ -22,6 +22,8 @@ _LAZY = {
     "Sink": "zotsink._append",
     "append_stream": "zotsink._stream",
     "StreamReport": "zotsink._stream",
+    "Stopper": "zotsink._core.stop",
+    "Outcome": "zotsink._core.outlet",
     "append_member": "zotsink._pack.append",
     "append_members": "zotsink._pack.append",
     # reading
@@ -86,6 +88,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._check.verify import repair, verify
     from ._collect.collect import CollectReport, collect
     from ._collect.export import export
+    from ._core.outlet import Outcome
+    from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
     from ._pack.append import append_member, append_members
     from ._read import read_records, snapshot

@@ -7,72 +7,54 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import Any, Union
+from collections.abc import Iterable
+from typing import Any
 
-from ._core.batch import Batch
 from ._core.header import Columns, make_encoder
+from ._core.options import Stamp, WriteOptions, write_options
+from ._core.outlet import Outlet
 from ._core.records import Record, format_for, text_ok
-from ._core.sidefiles import append_or_save
-from ._core.stamp import DEFAULT_STAMP, parse_stamp, utc_now
+from ._core.stamp import utc_now
 from ._core.writer import Writer
-from .errors import UsageError
 
 __all__ = ["Sink", "append_record", "append_records"]
 
-Stamp = Union[str, Sequence[str], bool, None]
-
-
-def _stamp_fields(stamp: Stamp) -> tuple[str, ...]:
-    if stamp is True:
-        return DEFAULT_STAMP
-    if stamp is None or stamp is False:
-        return ()
-    return parse_stamp(stamp)
-
 
 class _Target:
-    """An encoder and a writer for one OUT, cached per process for ``append_record``."""
+    """An encoder and an outlet for one OUT, cached per process for ``append_record``."""
 
-    def __init__(
-        self,
-        path: str,
-        fmt: str | None,
-        columns: Columns,
-        stamp: Stamp,
-        lock: str,
-        sync: str,
-        timeout: float,
-    ) -> None:
-        if not timeout >= 0:  # also refuses NaN
-            raise UsageError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
-        f = format_for(path, fmt)
-        self.encoder = make_encoder(path, f, columns, _stamp_fields(stamp), adopt=True)
-        self.writer = Writer(path, lock=lock, sync=sync, header=self.encoder.header_line())
-        self.timeout = timeout
+    def __init__(self, path: str, opts: WriteOptions) -> None:
+        f = format_for(path, opts.format)
+        self.encoder = make_encoder(path, f, opts.columns, opts.stamp, adopt=True)
+        self.outlet = Outlet(
+            Writer(path, lock=opts.lock, sync=opts.sync, header=self.encoder.header_line()),
+            timeout=opts.timeout,
+            batch_bytes=opts.batch_bytes,
+            flush_interval=opts.flush_interval,
+        )
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes, count: int) -> None:
         """Append encoded lines; on failure they are saved and the error says where."""
-        return append_or_save(self.writer, data, self.timeout)
+        err = self.outlet.write(data, count)
+        if err is not None:
+            raise err
 
     def encode_one(self, record: Record) -> bytes:
         """One record as a bytes line: what ``encode((record,))`` returns, without the
-        generator, list and join (about 0.5 µs of a 10 µs ``append_record``)."""
+        generator, list and join."""
         enc = self.encoder
         had_header = enc.columns is not None
         line = enc.encode(record)  # takes the time itself when the stamp has one
-        if not had_header and enc.columns is not None:
-            self.writer.set_header(enc.header_line())  # the first mapping named them
+        if not had_header:
+            self.outlet.follow(enc)  # the first mapping may have named the columns
         return line
 
     def encode(self, records: Iterable[Record]) -> tuple[bytes, int]:
-        had_header = self.encoder.columns is not None
         now = None
         if "time" in self.encoder.stamp:
             now = utc_now()  # one time for all the records of one call: one lock hold
         parts = [self.encoder.encode(r, now) for r in records]
-        if not had_header and self.encoder.columns is not None:
-            self.writer.set_header(self.encoder.header_line())  # the first mapping named them
+        self.outlet.follow(self.encoder)  # the first mapping may have named the columns
         return b"".join(parts), len(parts)
 
 
@@ -115,7 +97,10 @@ def _target(
     )
     t = _targets.get(key)
     if t is None:
-        t = _targets[key] = _Target(p, format, columns, stamp, lock, sync, timeout)
+        opts = write_options(
+            format=format, columns=columns, stamp=stamp, lock=lock, sync=sync, timeout=timeout
+        )
+        t = _targets[key] = _Target(p, opts)
     return t
 
 
@@ -140,7 +125,9 @@ def append_record(
     """
     # Not through append_records: one record needs no batch (see _Target.encode_one).
     t = _target(path, format, columns, stamp, lock, sync, timeout)
-    append_or_save(t.writer, t.encode_one(record), t.timeout)  # not t.append(): a call less
+    err = t.outlet.write(t.encode_one(record), 1)  # not t.append(): a call less
+    if err is not None:
+        raise err
 
 
 def append_records(
@@ -161,7 +148,7 @@ def append_records(
     """
     t = _target(path, format, columns, stamp, lock, sync, timeout)
     data, n = t.encode(records)
-    t.append(data)
+    t.append(data, n)
     return n
 
 
@@ -205,17 +192,25 @@ class Sink:
         batch_bytes: int = 65536,
         flush_interval: float = 1.0,
     ) -> None:
-        if not (isinstance(batch_bytes, int) and batch_bytes > 0):
-            raise UsageError(f"batch_bytes must be a positive whole number, not {batch_bytes!r}")
-        if not 0 <= flush_interval < float("inf"):
-            raise UsageError(f"flush_interval must be seconds >= 0, not {flush_interval!r}")
+        opts = write_options(
+            format=format,
+            columns=columns,
+            stamp=stamp,
+            lock=lock,
+            sync=sync,
+            timeout=timeout,
+            batch_bytes=batch_bytes,
+            flush_interval=flush_interval,
+        )
         self.path = os.fspath(path)
-        self._target = _Target(self.path, format, columns, stamp, lock, sync, timeout)
-        self._batch = Batch(batch_bytes, flush_interval)
-        self._strs: list[str] = []  # ASCII str records checked by the fast path, not encoded
+        self._target = _Target(self.path, opts)
+        self._outlet = self._target.outlet
+        self._batch = self._outlet.batch
+        # ASCII str records checked by the fast path wait here, not encoded: the batch
+        # counts them (Batch.hold) until _settle encodes them all at once.
+        self._strs: list[str] = []
         self._strs_size = 0
         self._tabs = self._fast_tabs()
-        self._strs_since = 0.0  # when the first of _strs was written
         self._mutex = threading.Lock()
         self._forked = False  # set in a child made by os.fork(): see _mark_forked
         self.records_written = 0
@@ -256,21 +251,17 @@ class Sink:
                 and text_ok(record, tabs)
             ):
                 # A plain ASCII line that passes the valid-line check encodes to itself:
-                # encoding waits for the batch, one join and one encode for all.
-                # Measured: 1.25 -> 0.45 µs per write.
-                if not self._strs:
-                    self._strs_since = now
+                # encoding waits for the batch, one join and one encode for all (about a
+                # third of the cost of encoding each; see BENCHMARKS.md).
                 self._strs.append(record)
                 self._strs_size += len(record) + 1
+                due = self._batch.hold(self._strs_size, now)
             else:
                 data, _ = self._target.encode((record,))
                 self._settle()
-                self._batch.add(data, 1, now)
+                due = self._batch.add(data, 1, now)
                 self._tabs = self._fast_tabs()  # a first mapping record may have set columns
-            batch = self._batch
-            if self._strs_size + batch.size >= batch.max_bytes or (
-                now - min(batch.oldest, self._strs_since if self._strs else now) >= batch.max_age
-            ):
+            if due:
                 self._flush_locked()
 
     def _settle(self) -> None:
@@ -278,7 +269,9 @@ class Sink:
         later record (and the age of the oldest of them)."""
         if self._strs:
             data = ("\n".join(self._strs) + "\n").encode("ascii")
-            self._batch.add(data, len(self._strs), min(self._strs_since, self._batch.oldest))
+            # added while they are still held: the batch keeps the age of the oldest
+            self._batch.add(data, len(self._strs), self._batch.oldest)
+            self._batch.hold(0)
             self._strs = []
             self._strs_size = 0
 
@@ -291,23 +284,16 @@ class Sink:
         if self._forked:
             self._forget_parents_batch()
         self._settle()
-        if not self._batch:
-            return
-        data, n = self._batch.take()
-        try:
-            self._target.append(data)
-        except (KeyboardInterrupt, SystemExit):
-            # Raised by a signal handler, most likely while this batch waited for the
-            # lock: keep it, so that close() on the way out appends or spills it. Should
-            # the interrupt land after the write itself, the batch appears twice (verify
-            # shows the duplicates) rather than not at all.
-            self._batch.put_back(data, n)
-            raise
+        n = len(self._batch)
+        err = self._outlet.flush()  # an interrupt while it waits puts the batch back
+        if err is not None:
+            raise err
         self.records_written += n
 
     def _forget_parents_batch(self) -> None:
         # In a forked child: what is buffered was buffered by the parent, which writes it.
         self._batch.take()
+        self._batch.hold(0)
         self._strs, self._strs_size = [], 0
         self._forked = False
 
@@ -320,7 +306,7 @@ class Sink:
                 self._flush_locked()
             finally:
                 self.closed = True
-                self._target.writer.close()
+                self._outlet.close()
                 _live_sinks.discard(self)
 
     def __enter__(self) -> Sink:

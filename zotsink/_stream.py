@@ -17,35 +17,24 @@ import contextlib
 import math
 import os
 import select
-import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple
 
 from ._core import sidefiles
-from ._core.batch import Batch
+from ._core.blocks import BlockEncoder, LongLine, lines_of
 from ._core.header import make_encoder
+from ._core.options import BATCH_BYTES, WriteOptions, write_options
+from ._core.outcheck import check_input_not_out
+from ._core.outlet import Outcome, Outlet
 from ._core.pump import LineReader
 from ._core.records import MAX_LINE, Encoder, format_for
+from ._core.stop import Stopper
 from ._core.writer import Writer
-from ._input import UNCOUNTED, BlockEncoder, LongLine, check_not_out, check_options, lines_of
-from ._signals import STOP_LOCK_TIMEOUT, Stopper, append_until_stopped
-from .errors import (
-    HeaderMismatch,
-    LockError,
-    UsageError,
-    WriteError,
-    ZotsinkError,
-    ZotsinkWarning,
-)
+from .errors import UsageError, WriteError, ZotsinkError, ZotsinkWarning
 
 __all__ = ["StreamReport", "append_stream"]
 
-#: Default batch size: about 1 MiB. Each batch costs a lock hold (flock, fstat, stat; an
-#: fsync on network filesystems) and Python around it, about 85 us a batch in a profile of
-#: 88 MB streamed in 64 KiB batches; --flush-interval, not the size, bounds how long a
-#: record waits in memory.
-BATCH_BYTES: Final = 1 << 20
 #: Reason given for an unterminated line cut off by a stop signal.
 INCOMPLETE: Final = "incomplete at stop"
 
@@ -63,6 +52,14 @@ class StreamReport(NamedTuple):
     error: Exception | None  # the first LockTimeout/WriteError/HeaderMismatch, if any
     unterminated: bool = False  # the input ended without a newline: one was added
     appended: int = 0  # bytes appended to OUT
+    outcomes: tuple[Outcome, ...] = ()  # OUT's, as every record writer reports it
+
+    def to_dict(self) -> dict[str, object]:
+        d = self._asdict()
+        d["spill_paths"] = list(self.spill_paths)
+        d["error"] = None if self.error is None else str(self.error)
+        d["outcomes"] = [o.to_dict() for o in self.outcomes]
+        return d
 
 
 def append_stream(
@@ -96,23 +93,53 @@ def append_stream(
     their line number. Counting costs about as much CPU as copying the lines.
     """
     out = os.fspath(path)
-    fmt = format_for(out, format)
-    check_options(timeout, batch_bytes, flush_interval, kv)
+    opts = write_options(
+        format=format,
+        columns=columns,
+        kv=kv,
+        stamp=stamp,
+        lock=lock,
+        sync=sync,
+        timeout=timeout,
+        batch_bytes=batch_bytes,
+        flush_interval=flush_interval,
+    )
     if data is None:
         assert infd is not None
-        check_not_out(infd, out)
+        check_input_not_out(infd, out)
+    return _stream(out, infd, data, opts, whole=whole, stopper=stopper, count=count)
+
+
+def _stream(
+    out: str,
+    infd: int | None,
+    data: bytes | None,
+    opts: WriteOptions,
+    *,
+    whole: bool,
+    stopper: Stopper | None,
+    count: bool,
+) -> StreamReport:
+    fmt = format_for(out, opts.format)
+    kv, columns = opts.kv, opts.columns
     # Stamped raw lines into a tsv/csv OUT need the data columns for the header: without
     # them OUT would get no header at all, and verify would call its first record damaged.
-    stamped_raw = bool(stamp) and kv is None and columns is None and fmt != "lines"
-    enc = make_encoder(out, fmt, columns, stamp, adopt=kv is not None or stamped_raw)
+    stamped_raw = bool(opts.stamp) and kv is None and columns is None and fmt != "lines"
+    enc = make_encoder(out, fmt, columns, opts.stamp, adopt=kv is not None or stamped_raw)
     if stamped_raw and enc.columns is None:
         raise UsageError(
             f"--stamp into {out} ({fmt}) needs the names of the data columns for its header: "
             "give --columns NAME,... (or --kv for key:value input), or append to a .txt "
             "file (lines format, no header)"
         )
-    writer = Writer(out, lock=lock, sync=sync, header=enc.header_line())
-    eng = _Engine(writer, enc, kv, timeout, batch_bytes, flush_interval, whole, stopper, count)
+    outlet = Outlet(
+        Writer(out, lock=opts.lock, sync=opts.sync, header=enc.header_line()),
+        timeout=opts.timeout,
+        batch_bytes=math.inf if whole else opts.batch_bytes,
+        flush_interval=math.inf if whole else opts.flush_interval,
+        stopper=stopper,
+    )
+    eng = _Engine(outlet, enc, kv, whole, stopper, count)
     try:
         if data is not None:
             eng.take_data(data)
@@ -122,53 +149,45 @@ def append_stream(
     except BaseException as e:
         eng.rescue(e)  # saves what was read; raises what the caller should see
     finally:
-        writer.close()
+        outlet.close()
+    o = outlet.outcome()
     return StreamReport(
-        records=None if eng.uncounted else eng.records,
-        rejected=eng.rejected,
-        spilled=eng.spilled,
-        spill_paths=tuple(eng.spills),
-        rejects_path=(eng.rejects_file or sidefiles.rejects_path(out)) if eng.rejected else None,
+        records=o.records,
+        rejected=o.rejected,
+        spilled=o.spilled,
+        spill_paths=o.spill_paths,
+        rejects_path=o.rejects_path,
         signal=eng.signum,
-        lock_wait=writer.lock_wait,
-        error=eng.error,
+        lock_wait=o.lock_wait,
+        error=o.error,
         unterminated=eng.unterminated,
-        appended=eng.appended,
+        appended=o.appended,
+        outcomes=(o,),
     )
 
 
 class _Engine:
-    """The read loop and everything it holds: the buffer, the batch, refused lines."""
+    """The read loop and what it holds: the read buffer, the outlet's batch, refused lines."""
 
     def __init__(
         self,
-        writer: Writer,
+        outlet: Outlet,
         enc: Encoder,
         kv: str | None,
-        timeout: float,
-        batch_bytes: int,
-        interval: float,
         whole: bool,
         stopper: Stopper | None,
         count: bool = False,
     ) -> None:
-        self.writer = writer
+        self.outlet = outlet
+        self.batch = outlet.batch
         self.enc = enc
-        self.timeout = timeout
         self.stopper = stopper
         self.whole = whole
-        self.batch = Batch(batch_bytes, math.inf if whole else interval)
         # Lines wait in the read buffer until their batch is due, then are checked and
         # stamped (one time: when appended) as one block. key:value lines are parsed at once.
         self.raw = kv is None
         self.blocks = BlockEncoder(enc, kv, count)
         self.reader: LineReader | None = None
-        self.raw_since = 0.0  # when the oldest line waiting in the read buffer came
-        self.records = self.rejected = self.spilled = self.appended = 0
-        self.uncounted = False  # some lines were appended without being counted
-        self.spills: list[str] = []
-        self.rejects_file: str | None = None
-        self.error: Exception | None = None
         self.signum: int | None = None
         self.unterminated = False
         self.long: LongLine | None = None
@@ -178,7 +197,7 @@ class _Engine:
             data += b"\n"
         block, n = self._encode(data)
         # Lines given at once are few (command-line arguments): counted, even when plain.
-        self._add((block, lines_of(block, n)))
+        self._add(block, lines_of(block, n))
         self.flush()
 
     def pump(self, reader: LineReader) -> None:
@@ -188,7 +207,7 @@ class _Engine:
         if self.stopper is not None:
             poller.register(self.stopper.wakeup_fd, select.POLLIN)
         while not self._stopped():
-            wait = self._wait()
+            wait = None if self.whole else self.batch.wait()
             ms = None if wait is None else int(wait * 1000) + 1
             events = dict(poller.poll(ms))
             if self._stopped():
@@ -197,7 +216,7 @@ class _Engine:
                 if not reader.fill():
                     break  # end of input
                 self._after_read(reader)
-            if self._due():
+            if not self.whole and self.batch.due():
                 self.flush()
         self._finish(reader)
 
@@ -205,27 +224,6 @@ class _Engine:
         if self.stopper is not None:
             self.signum = self.stopper.signum
         return self.signum is not None
-
-    def _wait(self) -> float | None:
-        """Seconds until the oldest line held is due, None when nothing is held."""
-        if self.whole:
-            return None
-        wait = self.batch.wait()
-        r = self.reader
-        if r is not None and r.cut > r.start:
-            raw = max(0.0, self.raw_since + self.batch.max_age - time.monotonic())
-            wait = raw if wait is None else min(wait, raw)
-        return wait
-
-    def _due(self) -> bool:
-        if self.whole:
-            return False
-        r = self.reader
-        if r is not None and r.cut > r.start:  # lines waiting in the read buffer
-            size = r.cut - r.start + self.batch.size
-            age = time.monotonic() - self.raw_since
-            return size >= self.batch.max_bytes or age >= self.batch.max_age or self.batch.due()
-        return self.batch.due()
 
     def _after_read(self, r: LineReader) -> None:
         if r.piece and self.long is not None:
@@ -238,33 +236,47 @@ class _Engine:
             # the buffer, to a temporary file, as it comes: memory stays flat and every
             # wait still looks at the stop flag and the batch's age.
             self.flush()
-            self.long = LongLine(self.writer.path, self.blocks.take_line())
+            self.long = LongLine(self.outlet.writer.path, self.blocks.take_line())
             with r.drain_tail() as head:
                 self.long.add(head)
 
     def _take_ready(self, r: LineReader) -> None:
         """New whole lines: parsed now when they are key:value, else left in the buffer."""
         if self.raw:
-            if r.cut > r.start and not self.raw_since:
-                self.raw_since = time.monotonic()
+            self.batch.hold(r.ready())  # they count toward the batch's size and age
             return
-        while r.cut > r.start:
-            stop = r.batch_end(math.inf if self.whole else self.batch.max_bytes)
-            with r.view(r.start, stop) as view:
-                self._add(self._encode(view, r.buf, r.start))  # parsed: new bytes, no view
+        self._each_block(r, self._parse_block)
+
+    def _each_block(
+        self, r: LineReader, take: Callable[[LineReader, memoryview, int], None]
+    ) -> None:
+        """Hand the reader's whole lines to ``take`` in blocks of about a batch, each a view
+        and its offset in the buffer, released only once ``take`` is done with it (if it
+        raises, the lines stay held and the rescue saves them)."""
+        while r.ready():
+            at = r.start
+            stop = r.batch_end(self.batch.max_bytes)
+            with r.view(at, stop) as view:
+                take(r, view, at)
             r.release(stop)
-            if not self.whole and self.batch.due():
-                self.flush()
+
+    def _parse_block(self, r: LineReader, view: memoryview, at: int) -> None:
+        self._add(*self._encode(view, r.buf, at))  # parsed: new bytes, no view
+
+    def _write_block(self, r: LineReader, view: memoryview, at: int) -> None:
+        # Lines that pass through are written from the read buffer itself (one copy less
+        # per byte); they are copied only if they must be saved elsewhere.
+        self.outlet.write(*self._encode(view, r.buf, at))
 
     def _finish(self, r: LineReader) -> None:
         stopping = self.signum is not None
         if self.long is not None:
             why = f"over the {MAX_LINE}-byte line limit"
             self._long_done(f"{INCOMPLETE} ({why})" if stopping else why)
-        if r.end > r.cut:
+        if r.tail_size():
             if stopping:
                 # A producer stopped mid-line: the part is not a record. OUT.rejects keeps it.
-                self.flush(stopping)
+                self.flush()
                 where = self.blocks.take_line()
                 self.blocks.rejects.append((f"{where}: {INCOMPLETE}", r.take_tail()))
             else:
@@ -272,109 +284,58 @@ class _Engine:
                 self.unterminated = True
                 r.terminate()
                 self._take_ready(r)
-        self.flush(stopping)
+        self.flush()
 
-    def _add(self, encoded: tuple[bytes | memoryview, int]) -> None:
-        data, n = encoded
+    def _add(self, data: bytes | memoryview, n: int) -> None:
         if n:
-            self.batch.add(data, n)
+            self.outlet.add(data, n)
 
-    def flush(self, stopping: bool = False) -> None:
-        """Append everything held (read buffer first, then the batch), and refused lines."""
+    def flush(self) -> None:
+        """Append everything held (the batch, then the read buffer's lines), then the
+        refused lines."""
+        self.outlet.flush()
         r = self.reader
-        while r is not None and r.cut > r.start:
-            stop = r.batch_end(math.inf if self.whole else self.batch.max_bytes)
-            with r.view(r.start, stop) as view:
-                data, n = self._encode(view, r.buf, r.start)
-                # Lines that pass through are written from the read buffer itself (one
-                # copy less per byte); they are copied only if they must be saved elsewhere.
-                self._append(data, n, stopping)
-            r.release(stop)  # only now: if the append raised, the rescue saves these lines
-            self.raw_since = 0.0
-        if self.batch:
-            data, n = self.batch.take()
-            self._append(data, n, stopping)
+        if self.raw and r is not None:
+            self._each_block(r, self._write_block)
+            self.batch.hold(0)
         if self.blocks.rejects:
             items, self.blocks.rejects = self.blocks.rejects, []
-            self._reject(items, stopping)
-
-    def _append(self, data: bytes | memoryview, n: int, stopping: bool) -> None:
-        if not data:
-            return
-        try:
-            append_until_stopped(
-                self.writer, data, self._timeout(stopping), None if stopping else self.stopper
-            )
-            self.appended += len(data)
-            if n == UNCOUNTED:
-                self.uncounted = True
-            else:
-                self.records += n
-        except (LockError, WriteError) as e:  # LockTimeout is a LockError
-            # Counted now if they were not: what is saved elsewhere is always told in records.
-            self.spilled += lines_of(data, n)
-            if e.spill_path and e.spill_path not in self.spills:
-                self.spills.append(e.spill_path)
-            self.error = self.error or e
-            if e.spill_path is None:
-                raise  # saved nowhere: the caller must say so loudly
-        except HeaderMismatch as e:
-            # Nothing was written to OUT; the records went to OUT.rejects.
-            self.rejects_file = e.spill_path
-            self.rejected += lines_of(data, n)
-            self.error = self.error or e
-
-    def _reject(self, items: list[tuple[str, bytes]], stopping: bool) -> None:
-        """Append refused lines to OUT.rejects (or, if that fails, to its spill file)."""
-        w, timeout = self.writer, self._timeout(stopping)
-        try:
-            self.rejects_file = sidefiles.reject(
-                w.path, items, lock=w.locker.requested, timeout=timeout
-            )
-        except (LockError, WriteError) as e:
-            if e.spill_path is None:
-                raise  # saved nowhere: the caller must say so loudly
-            self.rejects_file = e.spill_path
-            self.error = self.error or e
-        self.rejected += len(items)
-
-    def _timeout(self, stopping: bool) -> float:
-        return min(self.timeout, STOP_LOCK_TIMEOUT) if stopping else self.timeout
+            self.outlet.reject(items)
 
     def _long_done(self, why: str) -> None:
         long, self.long = self.long, None
         assert long is not None
         self.blocks.skip(long.size + 1)  # the line and its newline
-        long.finish(f"{long.where}: {why}", lock=self.writer.locker.requested, timeout=self.timeout)
-        self.rejected += 1
+        self.outlet.reject_long(long, why)
 
     def _encode(
         self, block: bytes | memoryview, buf: bytearray | None = None, at: int = 0
     ) -> tuple[bytes | memoryview, int]:
         encoded = self.blocks.encode(block, buf, at)
-        if self.writer.header is None and self.enc.columns is not None:
-            self.writer.set_header(self.enc.header_line())  # the first key:value line named them
+        self.outlet.follow(self.enc)  # the first key:value line may have named the columns
         return encoded
 
     def rescue(self, e: BaseException) -> None:
         """An error escaped the loop (a bug, an I/O error on the input, an interrupt without
         a stopper): save every line held to a spill file, then raise, saying where."""
+        self.outlet.stopping = True  # no long waits from here on
         held, n = [], 0
         if self.batch:
             data, n = self.batch.take()
             held.append(bytes(data))
         r = self.reader
-        if r is not None and r.end > r.start:
-            if r.end > r.cut:
+        if r is not None and (r.ready() or r.tail_size()):
+            if r.tail_size():
                 r.terminate()  # a part line is kept too: the spill file is read by a person
-            held.append(bytes(r.view(r.start, r.end)))
+            held.append(bytes(r.view(r.start, r.cut)))
             n += held[-1].count(b"\n")
-        out = self.writer.path
+        writer = self.outlet.writer
+        out = writer.path
         saved = ""
         if held:
             note = WriteError(f"{out}: records held when the stream stopped", path=out)
             try:
-                sidefiles.save(self.writer, note, b"".join(held))
+                sidefiles.save(writer, note, b"".join(held))
                 saved = (
                     f"; the {n} records read and not yet written were saved to {note.spill_path}"
                 )
@@ -384,7 +345,7 @@ class _Engine:
             if self.long is not None:
                 self._long_done(f"{INCOMPLETE} (the stream stopped on an error)")
             if self.blocks.rejects:
-                self._reject(self.blocks.rejects, stopping=True)
+                self.outlet.reject(self.blocks.rejects)
         if not isinstance(e, Exception):
             if saved:  # an interrupt goes on as it came, but not in silence
                 msg = f"{out}: stopped by {type(e).__name__}{saved}"

@@ -128,7 +128,7 @@ def test_empty_stdin_writes_nothing_and_succeeds(tmp_path: Path) -> None:
         (["--format", "json", "o"], "Invalid value for '-f' / '--format'"),
         (["--stamp", "job,node", "o"], "unknown --stamp field"),
         (["--columns", "a,a", "o.tsv"], "column 'a' is named twice"),
-        (["--kv=;", "o"], "--kv separator must be"),
+        (["--kv=;", "o"], "kv (--kv) separator must be"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

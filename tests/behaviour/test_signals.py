@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from waiting import unread, wait_for
 
-from zotsink._stream import STOP_LOCK_TIMEOUT
+from zotsink._core.stop import STOP_LOCK_TIMEOUT
 
 N_RECORDS = 2000
 STOP_SIGNALS = [

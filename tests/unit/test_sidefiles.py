@@ -19,6 +19,7 @@ import pytest
 
 from zotsink._core import sidefiles
 from zotsink._core.fileio import file_kind, open_regular, side_file_problem
+from zotsink._core.outlet import Outlet, reject
 from zotsink._core.writer import Writer
 from zotsink.errors import LockTimeout, WriteError
 
@@ -190,11 +191,11 @@ def test_reject_appends_reason_and_record_lines(tmp_path: Path) -> None:
     out.write_bytes(b"")
     out.chmod(0o640)
     items = [("line 2: NUL byte", b"a\0b\n"), ("odd\treason\nhere", b"c")]
-    path = sidefiles.reject(str(out), items)
+    path = reject(str(out), items)
     assert path == str(out) + ".rejects"
     assert Path(path).read_bytes() == b"line 2: NUL byte\ta\0b\nodd reason here\tc\n"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640  # no wider than OUT
-    sidefiles.reject(str(out), [("again", b"d")])
+    reject(str(out), [("again", b"d")])
     assert Path(path).read_bytes().endswith(b"again\td\n")
 
 
@@ -202,7 +203,7 @@ def test_reject_never_writes_into_a_fifo_and_saves_the_lines(tmp_path: Path) -> 
     out = tmp_path / "out.txt"
     os.mkfifo(str(out) + ".rejects")
     with pytest.raises(WriteError) as e:
-        sidefiles.reject(str(out), [("why", b"rec")], timeout=5)
+        reject(str(out), [("why", b"rec")], timeout=5)
     assert (
         "it is a FIFO, not a regular file; name another OUT "
         "(or remove it, if it was put there by mistake)"
@@ -211,12 +212,14 @@ def test_reject_never_writes_into_a_fifo_and_saves_the_lines(tmp_path: Path) -> 
     assert Path(e.value.spill_path).read_bytes() == b"why\trec\n"
 
 
-def test_append_or_save_spills_on_a_lock_timeout(tmp_path: Path, hold: Hold) -> None:
+def test_the_outlet_spills_on_a_lock_timeout(tmp_path: Path, hold: Hold) -> None:
     out = tmp_path / "out.txt"
     out.write_bytes(b"")
     holder = hold(str(out))
-    with Writer(out) as w, pytest.raises(LockTimeout) as e:
-        sidefiles.append_or_save(w, b"a\nb\n", 0.05)
+    with Writer(out) as w:
+        err = Outlet(w, timeout=0.05).write(b"a\nb\n", 2)
+    assert isinstance(err, LockTimeout)
+    e = pytest.ExceptionInfo.from_exc_info((type(err), err, err.__traceback__))
     holder.communicate(b"", timeout=30)
     assert e.value.spill_path == sidefiles.find_spills(str(out))[0]
     assert Path(e.value.spill_path).read_bytes() == b"a\nb\n"

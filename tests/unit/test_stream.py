@@ -1,5 +1,5 @@
-"""The stream engine (zotsink._stream) and its parts: the line reader (_core.pump), the input
-checks and block encoding (_input), the last resort."""
+"""The stream engine (zotsink._stream) and its parts: the line reader (_core.pump), block
+encoding (_core.blocks), the last resort. The option checks are in test_options.py."""
 
 from __future__ import annotations
 
@@ -14,17 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink import UsageError, WriteError
+from zotsink._core.blocks import UNCOUNTED, BlockEncoder
+from zotsink._core.outcheck import check_input_not_out
 from zotsink._core.pump import MIN_READ, START_SIZE, LineReader, enlarge_pipe
 from zotsink._core.records import Encoder
-from zotsink._input import (
-    MAX_BATCH_BYTES,
-    MAX_FLUSH_INTERVAL,
-    MAX_TIMEOUT,
-    UNCOUNTED,
-    BlockEncoder,
-    check_not_out,
-    check_options,
-)
 from zotsink._stream import append_stream
 
 
@@ -149,38 +142,6 @@ def _write_all(fd: int, data: bytes) -> None:
     os.close(fd)
 
 
-# -- options ------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("timeout", "batch", "interval", "kv", "word"),
-    [
-        (float("inf"), 1, 1.0, None, "--timeout"),
-        (float("nan"), 1, 1.0, None, "--timeout"),
-        (-1.0, 1, 1.0, None, "--timeout"),
-        (MAX_TIMEOUT + 1, 1, 1.0, None, "--timeout"),
-        (1.0, 0, 1.0, None, "--batch-bytes"),
-        (1.0, MAX_BATCH_BYTES + 1, 1.0, None, "--batch-bytes"),
-        (1.0, 1.5, 1.0, None, "--batch-bytes"),
-        (1.0, True, 1.0, None, "--batch-bytes"),
-        (1.0, 1, float("inf"), None, "--flush-interval"),
-        (1.0, 1, float("-inf"), None, "--flush-interval"),
-        (1.0, 1, float("nan"), None, "--flush-interval"),
-        (1.0, 1, -0.001, None, "--flush-interval"),
-        (1.0, 1, MAX_FLUSH_INTERVAL * 2, None, "--flush-interval"),
-        (1.0, 1, 1.0, ";", "--kv"),
-    ],
-)
-def test_check_options_refuses_values_that_cannot_work(
-    timeout: float, batch: int, interval: float, kv: str | None, word: str
-) -> None:
-    with pytest.raises(UsageError, match=f"^{word}"):
-        check_options(timeout, batch, interval, kv)
-
-
-def test_check_options_takes_the_extremes_of_each_range() -> None:
-    check_options(0, 1, 0, ":")
-    check_options(MAX_TIMEOUT, MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, "=")
-
-
 def test_check_not_out_compares_inodes(tmp_path: Path) -> None:
     out = tmp_path / "o.txt"
     out.write_bytes(b"r\n")
@@ -188,9 +149,9 @@ def test_check_not_out_compares_inodes(tmp_path: Path) -> None:
     other.write_bytes(b"r\n")
     with open(out, "rb") as same, open(other, "rb") as diff:
         with pytest.raises(UsageError, match=r"standard input is .* itself"):
-            check_not_out(same.fileno(), str(out))
-        check_not_out(diff.fileno(), str(out))
-        check_not_out(same.fileno(), str(tmp_path / "new.txt"))  # no OUT yet
+            check_input_not_out(same.fileno(), str(out))
+        check_input_not_out(diff.fileno(), str(out))
+        check_input_not_out(same.fileno(), str(tmp_path / "new.txt"))  # no OUT yet
 
 
 # -- block encoding: the fast checks agree with the line-by-line ones --------------------
@@ -326,3 +287,17 @@ def test_a_failed_write_from_the_read_buffer_leaves_it_resizable(
     assert caught.value.__traceback__ is not None  # kept, as the engine keeps its error
     buf += b"more\n"  # BufferError if a view of buf were still exported
     assert bytes(buf) == b"abcdef\nmore\n"
+
+
+def test_key_value_lines_keep_their_order_when_one_read_holds_many_batches(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "o.tsv"
+    data = b"".join(b"n:%d v:x\n" % i for i in range(50))
+    r, _ = _pipe(data)
+    try:
+        rep = append_stream(out, r, kv=":", batch_bytes=60)
+    finally:
+        os.close(r)
+    assert rep.records == 50
+    assert out.read_bytes() == b"n\tv\n" + b"".join(b"%d\tx\n" % i for i in range(50))

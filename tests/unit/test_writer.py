@@ -9,12 +9,22 @@ from pathlib import Path
 import pytest
 
 from zotsink._core import writer as writer_module
-from zotsink._core.sidefiles import append_or_save
+from zotsink._core.outlet import Outlet
 from zotsink._core.writer import Writer
 from zotsink.cli._common import exit_code
 from zotsink.errors import HeaderMismatch, WriteError
 
 T = 600.0  # lock timeout of one append
+
+
+def outlet_write(w: Writer, data: bytes, timeout: float) -> int:
+    """One block through the outlet, its error raised as append_record raises it; the bytes
+    appended."""
+    o = Outlet(w, timeout=timeout)
+    err = o.write(data, data.count(b"\n"))
+    if err is not None:
+        raise err
+    return o.appended
 
 
 def test_header_only_into_an_empty_file(tmp_path: Path) -> None:
@@ -96,7 +106,7 @@ def test_failed_write_is_cut_back_and_spilled(tmp_path: Path, monkeypatch, err: 
     w = Writer(out)
     monkeypatch.setattr(os, "write", FailingWrites(os.write, err, after=5, target=out))
     with pytest.raises(WriteError) as e:
-        append_or_save(w, b"record-1\nrecord-2\n", T)
+        outlet_write(w, b"record-1\nrecord-2\n", T)
     monkeypatch.undo()
     w.close()
     assert out.read_bytes() == b"before\n"  # no partial record remains
@@ -123,10 +133,10 @@ def test_fsync_policy(tmp_path: Path, monkeypatch) -> None:
 def test_open_errors_say_what_to_do(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("ZOTSINK_SPILL_DIR", str(tmp_path))  # not /tmp: leave nothing behind
     with pytest.raises(WriteError, match="it is a directory; name a file inside it") as e:
-        append_or_save(Writer(tmp_path), b"x\n", T)
+        outlet_write(Writer(tmp_path), b"x\n", T)
     assert Path(e.value.spill_path).read_bytes() == b"x\n"  # still saved somewhere
     with pytest.raises(WriteError, match="its directory does not exist; create it first"):
-        append_or_save(Writer(tmp_path / "no" / "o.txt"), b"x\n", T)
+        outlet_write(Writer(tmp_path / "no" / "o.txt"), b"x\n", T)
 
 
 def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
@@ -141,7 +151,7 @@ def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
     w = Writer(out)
     monkeypatch.setattr(os, "write", broken)
     with pytest.raises(WriteError, match=r"could not save 1 records meant for .* anywhere") as e:
-        append_or_save(w, b"x\n", T)
+        outlet_write(w, b"x\n", T)
     assert "they are lost unless the producer can send them again" in str(e.value)
 
 
@@ -302,11 +312,11 @@ def test_an_unlock_that_fails_after_the_write_is_no_error_and_spills_nothing(
         real_release(self)
 
     w = Writer(out)
-    append_or_save(w, b"one\n", T)
+    outlet_write(w, b"one\n", T)
     monkeypatch.setattr(locking.FlockLock, "release", release_fails_once)
-    assert append_or_save(w, b"two\n", T) == 4
+    assert outlet_write(w, b"two\n", T) == 4
     assert refused
-    append_or_save(w, b"three\n", T)  # OUT opened anew: the lock was dropped with the fd
+    outlet_write(w, b"three\n", T)  # OUT opened anew: the lock was dropped with the fd
     w.close()
     assert out.read_bytes() == b"one\ntwo\nthree\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o.txt"]

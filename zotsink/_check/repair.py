@@ -20,7 +20,7 @@ import stat
 import warnings
 from typing import Final
 
-from .._core import sidefiles
+from .._core import outlet
 from .._core.fileio import fsync_dir, write_all
 from .._core.locking import Locker, open_locked
 from ..errors import InputError, WriteError, ZotsinkError, ZotsinkWarning
@@ -84,7 +84,7 @@ def _rewrite(
             f"{p} is unchanged",
             path=p,
         ) from e
-    reject = functools.partial(sidefiles.reject, p, lock=lock, sync="fsync", timeout=timeout)
+    reject = functools.partial(outlet.reject, p, lock=lock, sync="fsync", timeout=timeout)
     renamed = False
     try:
         _match_owner(tfd, st, p)

@@ -38,8 +38,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Final
 
+from .._core.options import write_options
 from .._core.records import decode_row
-from ..errors import HeaderMismatch, InputError, LockTimeout, WriteError
+from ..errors import HeaderMismatch, InputError, LockError, WriteError
 from .archive import Candidates, make_archive, remove_sources
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
@@ -158,6 +159,8 @@ def collect(
     """
     t0 = time.perf_counter()
     since_ns = time.time_ns()
+    # the options every record writer shares, refused in the same words as everywhere
+    write_options(lock=lock, sync=sync, timeout=timeout, batch_bytes=batch_bytes)
     o = check_options(
         sources, output, input=input, source_column=source_column, name_pattern=name_pattern,
         dedup=dedup, key=key, keep=keep, skip_collected=skip_collected, archive=archive,
@@ -289,20 +292,21 @@ def _write(
         return
     if table.records == 0:
         return
-    from .._core.sidefiles import append_or_save
+    from .._core.outlet import Outlet
     from .._core.writer import Writer
 
-    with Writer(o.output, lock=lock, sync=sync, header=table.header_line()) as w:
+    writer = Writer(o.output, lock=lock, sync=sync, header=table.header_line())
+    with Outlet(writer, timeout=timeout) as outlet:
         for data, rows in table.batches(o.batch_bytes):
-            try:
-                append_or_save(w, data, timeout)
-            except (LockTimeout, WriteError) as e:
-                e.message += (
-                    f"; {rep.records} records were written before it: when the cause is fixed, "
-                    f"run `zotsink recover {o.output}`, then this collect again with "
-                    "--skip-collected"
-                )
-                raise
+            err = outlet.write(data, rows)
+            if err is not None:
+                if isinstance(err, (LockError, WriteError)):  # LockTimeout is a LockError
+                    err.message += (
+                        f"; {rep.records} records were written before it: when the cause is "
+                        f"fixed, run `zotsink recover {o.output}`, then this collect again "
+                        "with --skip-collected"
+                    )
+                raise err
             rep.records += rows
             if progress is not None:
                 progress("write", rep.records, table.records)

@@ -14,7 +14,7 @@ from typing import Final
 from ..errors import UsageError
 from .fileio import file_kind, is_tar_name, open_regular
 
-__all__ = ["PACK_INDEX_HEADER", "check_out", "pack_index_beside"]
+__all__ = ["PACK_INDEX_HEADER", "check_input_not_out", "check_out", "pack_index_beside"]
 
 
 #: The first line of ``ARCHIVE.idx``, the index ``zotsink pack`` keeps beside an archive of
@@ -76,4 +76,18 @@ def check_out(path: str) -> None:
         raise UsageError(
             f"{path} is a pack archive ({idx} is its index): records go to a table (.tsv, "
             f".csv, .txt), files into the archive with `zotsink pack {path} FILE...`"
+        )
+
+
+def check_input_not_out(infd: int, out: str) -> None:
+    """Refuse standard input that is OUT itself: every record read would be appended again
+    and read again, and OUT would grow until the disk is full."""
+    try:
+        a, b = os.fstat(infd), os.stat(out)
+    except OSError:
+        return  # no OUT yet (or no such input): they cannot be the same file
+    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+        raise UsageError(
+            f"standard input is {out} itself: its records would be appended to it again "
+            f"without end; read from a copy (cp {out} {out}.copy)"
         )

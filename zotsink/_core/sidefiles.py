@@ -1,4 +1,4 @@
-"""Side files beside OUT, so that nothing is lost silently.
+"""Side files beside OUT, so that nothing is lost silently (the outlet decides when).
 
 ``OUT.rejects``            records zotsink refused, one per line as ``reason<TAB>record``.
 ``OUT.spill.<host>.<pid>`` records that could not be appended (lock timeout, ENOSPC, EDQUOT,
@@ -17,22 +17,18 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterable
 from typing import Final
 
-from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError, ZotsinkError
+from ..errors import LockError, LockTimeout, WriteError, ZotsinkError
 from .fileio import write_all
 from .locking import Locker
 from .writer import Writer
 
 __all__ = [
     "JOURNAL_SUFFIX",
-    "append_or_save",
     "find_spills",
     "host_name",
-    "reject",
     "rejects_path",
-    "rejects_writer",
     "save",
     "side_mode",
     "spill",
@@ -212,34 +208,6 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
 
 
-def reject(
-    out: str,
-    items: Iterable[tuple[str, bytes]],
-    *,
-    lock: str = "auto",
-    sync: str = "auto",
-    timeout: float = 600.0,
-) -> str:
-    """Append refused records to ``OUT.rejects`` as ``reason<TAB>record`` lines; its path.
-
-    When OUT.rejects itself cannot be written, the lines go to its spill file and the
-    error raised names it.
-    """
-    lines = b"".join(
-        reason.replace("\t", " ").replace("\n", " ").encode() + b"\t" + rec.rstrip(b"\n") + b"\n"
-        for reason, rec in items
-    )
-    path = rejects_path(out)
-    with Writer(path, lock=lock, sync=sync, side_file=True, mode=side_mode(out)) as w:
-        append_or_save(w, lines, timeout)
-    return path
-
-
-def rejects_writer(out: str, *, lock: str = "auto", sync: str = "auto") -> Writer:
-    """A writer on ``OUT.rejects`` (for a refused record too large to hold in memory)."""
-    return Writer(rejects_path(out), lock=lock, sync=sync, side_file=True, mode=side_mode(out))
-
-
 def save(writer: Writer, error: ZotsinkError, data: bytes) -> None:
     """Save a batch that ``error`` kept out of ``writer``'s file to a spill file; note
     where on ``error`` (its ``spill_path`` and message)."""
@@ -251,33 +219,6 @@ def save(writer: Writer, error: ZotsinkError, data: bytes) -> None:
         lock=writer.locker.requested,
     )
     error.message += f"; the records were saved to {error.spill_path}"
-
-
-def append_or_save(writer: Writer, data: bytes | memoryview, timeout: float) -> int:
-    """``writer.append(data)``, and when it fails, the batch saved where the user will look.
-
-    A header mismatch sends the records to OUT.rejects (the records are fine, OUT is the
-    wrong place for them); a lock timeout, a failed lock call or a failed write sends them
-    to a spill file, for ``zotsink recover``. Either way the error is raised again with its
-    ``spill_path``: a caller never has to save anything itself. A lock call that fails
-    outright (an explicit ``--lock`` kind the filesystem lacks) would lose a batch read
-    from a pipe just as a timeout would: exit 74 always means "spilled".
-    """
-    try:
-        return writer.append(data, timeout=timeout)
-    except HeaderMismatch as e:
-        lines = bytes(data).splitlines()  # a stamped block comes as a view
-        e.spill_path = reject(
-            writer.path,
-            (("header mismatch", ln) for ln in lines),
-            lock=writer.locker.requested,
-            timeout=timeout,
-        )
-        e.message += f"; the {len(lines)} records were saved to {e.spill_path}"
-        raise
-    except (LockError, WriteError) as e:  # LockTimeout is a LockError
-        save(writer, e, bytes(data))
-        raise
 
 
 def _spill_mode(writer: Writer) -> int:

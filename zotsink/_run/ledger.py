@@ -14,9 +14,10 @@ import os
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from .._core import sidefiles
+from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, decode_row
 from .._core.stamp import stamp_values, utc_now
+from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._read import read_records
 from ..errors import InputError
@@ -97,6 +98,7 @@ class Ledger:
         lock: str = "auto",
         timeout: float = 600.0,
         env: Mapping[str, str] | None = None,
+        stopper: Stopper | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self.path = os.fspath(path)
@@ -105,6 +107,7 @@ class Ledger:
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout
         self.writer = Writer(self.path, lock=lock, sync="fsync", header=self.encoder.header_line())
+        self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
 
@@ -132,12 +135,17 @@ class Ledger:
         if not rows:
             return
         if spill:
-            sidefiles.append_or_save(self.writer, b"".join(rows), self.timeout)
+            err = self.outlet.write(b"".join(rows), len(rows))
+            if err is not None:
+                raise err
         else:
-            self.writer.append(b"".join(rows), timeout=self.timeout)
+            self.outlet.write_or_raise(b"".join(rows))
+
+    def outcome(self) -> Outcome:
+        return self.outlet.outcome()
 
     def close(self) -> None:
-        self.writer.close()
+        self.outlet.close()
 
 
 def read_ledger(

@@ -26,16 +26,15 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Sequence
-from typing import Final
+from typing import IO, Final
 
-from .._core.records import Encoder
+from .._core.blocks import BlockEncoder, LongLine
+from .._core.outlet import Outlet
+from .._core.records import MAX_LINE, Encoder
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
-from .._input import BlockEncoder
-from .._signals import Stopper
-from .._stream import STOP_LOCK_TIMEOUT
+from .._core.stop import Stopper
 from ..errors import ZotsinkError
 from .ledger import Ledger, TaskState
-from .output import Outlet
 from .tasks import Task, task_argv
 
 __all__ = ["Pool"]
@@ -45,6 +44,8 @@ KILL_AFTER: Final = 5.0
 #: Seconds a task's pipes may stay open after it exited (a background child holds them).
 PIPE_LINGER: Final = 2.0
 _READ_SIZE: Final = 1 << 16
+#: The bytes of a task's stderr line over the limit that go to the log.
+_LOG_HEAD: Final = 1024
 
 
 class _Proc:
@@ -57,6 +58,13 @@ class _Proc:
         self.popen: subprocess.Popen[bytes] | None = None
         self.started = time.monotonic()
         self.fds: dict[int, bytearray] = {}  # open pipe -> its unfinished last line
+        # open pipe -> the file object that owns its descriptor (closed through it alone:
+        # a descriptor closed by number and then again by its file object could by then
+        # be another file's)
+        self.files: dict[int, IO[bytes]] = {}
+        # pipe -> its line over the limit: stdout's kept in a temporary file for the rejects
+        # file, stderr's counted (its head is in the log)
+        self.longs: dict[int, LongLine | int] = {}
         self.out_fd = self.err_fd = -1
         self.records = 0
         self.nbytes = 0
@@ -88,7 +96,6 @@ class Pool:
         kv: str | None,
         out: Outlet,
         log: Outlet,
-        timeout: float,
         stopper: Stopper | None,
     ) -> None:
         self.queue = queue
@@ -105,7 +112,6 @@ class Pool:
         self.kv = kv
         self.out = out
         self.log = log
-        self.timeout = timeout
         self.stopper = stopper
         self.poller = select.poll()
         if stopper is not None:
@@ -134,16 +140,13 @@ class Pool:
             now = time.monotonic()
             for proc in list(self.procs):
                 self._tend(proc, now)
-            if self.out.due_in(now) == 0.0:
-                self.out.flush(self._lock_timeout())
-            if self.log.due_in(now) == 0.0:
-                self.log.flush(self._lock_timeout())
-        self.out.flush(self._lock_timeout())
-        self.log.flush(self._lock_timeout())
+            if self.out.due(now):
+                self.out.flush()
+            if self.log.due(now):
+                self.log.flush()
+        self.out.flush()
+        self.log.flush()
         self._write_ends()
-
-    def _lock_timeout(self) -> float:
-        return min(self.timeout, STOP_LOCK_TIMEOUT) if self.stopping else self.timeout
 
     def _wait_ms(self) -> int:
         now = time.monotonic()
@@ -225,6 +228,7 @@ class Pool:
         assert proc.popen.stdout is not None and proc.popen.stderr is not None
         proc.out_fd = proc.popen.stdout.fileno()
         proc.err_fd = proc.popen.stderr.fileno()
+        proc.files = {proc.out_fd: proc.popen.stdout, proc.err_fd: proc.popen.stderr}
         for fd in (proc.out_fd, proc.err_fd):
             proc.fds[fd] = bytearray()
             self.running[fd] = proc
@@ -242,19 +246,61 @@ class Pool:
             chunk = b""
         pending = proc.fds[fd]
         if not chunk:
-            if pending:
+            if fd in proc.longs:
+                self._long_done(proc, fd, "; the output ended without a newline")
+            elif pending:
                 if fd == proc.out_fd:
                     proc.notes.append("no newline at the end of the output: one was added")
                 self._lines(proc, fd, bytes(pending) + b"\n")
             self._close(proc, fd)
             return
+        if fd in proc.longs:
+            # the rest of a line over the limit: out of memory with it, up to its newline
+            nl = chunk.find(b"\n")
+            self._long_add(proc, fd, chunk if nl < 0 else chunk[:nl])
+            if nl < 0:
+                return
+            self._long_done(proc, fd, "")
+            chunk = chunk[nl + 1 :]
         nl = chunk.rfind(b"\n")
         if nl < 0:
             pending += chunk
+            if len(pending) > MAX_LINE:
+                # never held whole: a line over the limit goes to a temporary file
+                proc.fds[fd] = bytearray()
+                self._long_start(proc, fd, pending)
             return
         block = bytes(pending) + chunk[: nl + 1] if pending else chunk[: nl + 1]
         proc.fds[fd] = bytearray(chunk[nl + 1 :])
         self._lines(proc, fd, block)
+
+    def _long_start(self, proc: _Proc, fd: int, head: bytes | bytearray) -> None:
+        if fd == proc.out_fd:
+            where = f"task {proc.task.num} {proc.batcher.take_line()}"
+            proc.longs[fd] = LongLine(self.out.writer.path, where)
+        else:
+            # stderr is for a person: its head is logged, the rest counted and cut
+            proc.longs[fd] = len(head)
+            self._log(proc.task.num, bytes(head[:_LOG_HEAD]))
+            return
+        self._long_add(proc, fd, head)
+
+    def _long_add(self, proc: _Proc, fd: int, piece: bytes | bytearray) -> None:
+        long = proc.longs[fd]
+        if isinstance(long, LongLine):
+            long.add(piece)
+        else:
+            proc.longs[fd] = long + len(piece)
+
+    def _long_done(self, proc: _Proc, fd: int, how: str) -> None:
+        long = proc.longs.pop(fd)
+        if isinstance(long, LongLine):
+            proc.batcher.skip(long.size + 1)
+            self.out.reject_long(long, f"over the {MAX_LINE}-byte line limit{how}")
+            proc.notes.append(f"a line over the limit refused, see {self.out.rejects_file}")
+        else:
+            note = f"zotsink: the line above was {long} bytes long, cut to {_LOG_HEAD}{how}"
+            self._log(proc.task.num, note.encode())
 
     def _lines(self, proc: _Proc, fd: int, block: bytes) -> None:
         if fd == proc.err_fd:
@@ -268,25 +314,19 @@ class Pool:
         data, n = proc.batcher.encode(block)
         if tpl.columns is None and enc.columns is not None:
             tpl.set_columns(enc.columns)
-            self.out.writer.set_header(tpl.header_line())
+            self.out.follow(tpl)
         proc.records += n
         proc.nbytes += len(data)
-        self.out.add(data, n, self._lock_timeout())
+        self.out.add(data, n)
 
     def _log(self, num: int, line: bytes) -> None:
-        self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1, self._lock_timeout())
+        self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1)
 
     def _close(self, proc: _Proc, fd: int) -> None:
         self.poller.unregister(fd)
         del self.running[fd]
         del proc.fds[fd]
-        os.close(fd)
-        if fd == proc.out_fd:
-            assert proc.popen is not None and proc.popen.stdout is not None
-            proc.popen.stdout = None  # closed here; Popen must not close the number again
-        else:
-            assert proc.popen is not None
-            proc.popen.stderr = None
+        proc.files.pop(fd).close()
 
     # -- ending ------------------------------------------------------------------------------
     def _tend(self, proc: _Proc, now: float) -> None:
@@ -317,7 +357,9 @@ class Pool:
                 self._read(proc, fd)
             except BlockingIOError:
                 pending = proc.fds[fd]
-                if pending:
+                if fd in proc.longs:
+                    self._long_done(proc, fd, "; cut off where the task exited")
+                elif pending:
                     self._lines(proc, fd, bytes(pending) + b"\n")
                 self._close(proc, fd)
 
@@ -336,13 +378,11 @@ class Pool:
         task = proc.task
         rejects = proc.batcher.rejects
         if rejects:
-            self.out.reject(
-                [(f"task {task.num} {why}", ln) for why, ln in rejects], self._lock_timeout()
-            )
+            self.out.reject([(f"task {task.num} {why}", ln) for why, ln in rejects])
             proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
         # Records first, then the row that says they are there.
-        self.out.flush(self._lock_timeout())
-        self.log.flush(self._lock_timeout())
+        self.out.flush()
+        self.log.flush()
         self.ends.append(
             self.book.end_row(
                 task.num,
@@ -378,8 +418,10 @@ class Pool:
             _signal_group(proc, signal.SIGKILL)
             if proc.popen is not None:
                 proc.popen.wait()
-        for fd in list(self.running):
-            os.close(fd)
+        for proc in self.procs:
+            for f in proc.files.values():
+                f.close()
+        self.running.clear()
         self.out.close()
         self.log.close()
         self.book.close()

@@ -14,12 +14,13 @@ from typing import NamedTuple
 
 from .._core.fileio import same_file
 from .._core.header import make_encoder
+from .._core.options import BATCH_BYTES, MAX_TIMEOUT, check_seconds, write_options
+from .._core.outlet import Outcome, Outlet
 from .._core.records import format_for
+from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._signals import Stopper
 from ..errors import UsageError
 from .ledger import Ledger, TaskState, read_ledger, states_of
-from .output import Outlet
 from .pool import Pool
 from .tasks import chunk_range, read_tasks, scheduler_index
 
@@ -42,6 +43,15 @@ class RunReport(NamedTuple):
     ledger_path: str
     signal: int | None  # the stop signal, if one came
     error: Exception | None  # the first LockError/WriteError/HeaderMismatch, if any
+    outcomes: tuple[Outcome, ...] = ()  # OUT's, the log's and the ledger's
+
+    def to_dict(self) -> dict[str, object]:
+        d = self._asdict()
+        d["states"] = {str(k): v for k, v in self.states.items()}
+        d["spill_paths"] = list(self.spill_paths)
+        d["error"] = None if self.error is None else str(self.error)
+        d["outcomes"] = [o.to_dict() for o in self.outcomes]
+        return d
 
 
 def task_states(
@@ -54,6 +64,15 @@ def task_states(
     """The state of every runnable task of ``tasks`` according to ``ledger``."""
     todo, _ = read_tasks(tasks)
     return states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock, timeout=timeout))
+
+
+def _check_run_options(retries: int, grace: float, task_timeout: float | None) -> None:
+    """run's own options, worded as the shared ones are (see write_options)."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise UsageError(f"retries (--retries) must be a whole number >= 0, not {retries!r}")
+    check_seconds("grace", grace, MAX_TIMEOUT)
+    if task_timeout is not None and check_seconds("task_timeout", task_timeout, MAX_TIMEOUT) == 0:
+        raise UsageError("task_timeout (--task-timeout) must be more than 0 seconds, not 0")
 
 
 def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
@@ -94,7 +113,7 @@ def run_tasks(
     lock: str = "auto",
     sync: str = "auto",
     timeout: float = 600.0,
-    batch_bytes: int = 65536,
+    batch_bytes: int = BATCH_BYTES,
     flush_interval: float = 1.0,
     env: Mapping[str, str] | None = None,
     stopper: Stopper | None = None,
@@ -111,12 +130,18 @@ def run_tasks(
         raise UsageError("--shell runs each task line as a command: give no CMD with it")
     if not shell and not command:
         raise UsageError("give the command to run after --, or --shell for a list of commands")
-    if retries < 0 or grace < 0 or (task_timeout is not None and task_timeout <= 0):
-        raise UsageError("--retries and --grace must not be negative, --task-timeout positive")
-    if kv is not None and kv not in (":", "="):
-        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
-    if batch_bytes <= 0 or flush_interval < 0:
-        raise UsageError("--batch-bytes must be positive and --flush-interval not negative")
+    opts = write_options(
+        format=format,
+        columns=columns,
+        kv=kv,
+        stamp=stamp,
+        lock=lock,
+        sync=sync,
+        timeout=timeout,
+        batch_bytes=batch_bytes,
+        flush_interval=flush_interval,
+    )
+    _check_run_options(retries, grace, task_timeout)
     njobs = _jobs(jobs, env)
     ledger_path = os.fspath(ledger) if ledger is not None else out + ".ledger"
     log_path = os.fspath(log) if log is not None else out + ".log"
@@ -141,12 +166,22 @@ def run_tasks(
     if index is not None:
         wanted = chunk_range(index, chunk, base)
         todo = [t for t in todo if t.num in wanted]
-    fmt = format_for(out, format)
-    template = make_encoder(out, fmt, columns, stamp, adopt=kv is not None)
-    book = Ledger(ledger_path, lock=lock, timeout=timeout, env=env)
+    fmt = format_for(out, opts.format)
+    template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
+    book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
     keys = {t.num: t.line for t in todo}
-    states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=lock))
+    states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=opts.lock))
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
+
+    def _outlet(writer: Writer) -> Outlet:
+        return Outlet(
+            writer,
+            timeout=opts.timeout,
+            batch_bytes=opts.batch_bytes,
+            flush_interval=opts.flush_interval,
+            stopper=stopper,
+        )
+
     skipped = len(todo) - len(queue)
     runner = Pool(
         queue=queue,
@@ -160,33 +195,29 @@ def run_tasks(
         env=env,
         book=book,
         template=template,
-        kv=kv,
-        out=Outlet(
-            Writer(out, lock=lock, sync=sync, header=template.header_line()),
-            batch_bytes,
-            flush_interval,
-        ),
-        log=Outlet(Writer(log_path, lock=lock, sync=sync), batch_bytes, flush_interval),
-        timeout=timeout,
+        kv=opts.kv,
+        out=_outlet(Writer(out, lock=opts.lock, sync=opts.sync, header=template.header_line())),
+        log=_outlet(Writer(log_path, lock=opts.lock, sync=opts.sync)),
         stopper=stopper,
     )
     try:
         runner.loop()
     finally:
         runner.close()
-    o = runner.out
+    o, lg, bk = runner.out.outcome(), runner.log.outcome(), book.outcome()
     return RunReport(
         selected=len(todo),
         skipped=skipped,
         started=runner.started,
         states=runner.final,
-        records=o.records,
+        records=o.records or 0,
         rejected=o.rejected,
-        spilled=o.spilled + runner.log.spilled,
-        spill_paths=tuple(o.spill_paths + runner.log.spill_paths),
-        rejects_path=o.rejects_file,
+        spilled=o.spilled + lg.spilled + bk.spilled,
+        spill_paths=o.spill_paths + lg.spill_paths + bk.spill_paths,
+        rejects_path=o.rejects_path,
         log_path=log_path,
         ledger_path=ledger_path,
         signal=stopper.signum if stopper is not None else None,
-        error=o.error or runner.log.error or runner.ledger_error,
+        error=o.error or lg.error or runner.ledger_error,
+        outcomes=(o, lg, bk),
     )

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
 from .._core.locking import LOCK_KINDS
+from .._core.options import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, MAX_TIMEOUT
 from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
-from .._input import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, MAX_TIMEOUT
 from ..errors import (
     HeaderMismatch,
     InputError,
@@ -98,6 +98,56 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
+    """Tell what did not reach its file, for every command that appends records; the first
+    error that was not a header mismatch (for the exit code, see :func:`outcome_code`).
+
+    Printed even under ``-q``: refused records, a failed append and where spilled records
+    wait are errors, and the user must learn where the records are. ``outcomes`` are
+    :class:`zotsink.Outcome` values, one per file written: OUT first, then (for ``run``)
+    its log and ledger.
+    """
+    from ..errors import HeaderMismatch
+
+    failed: BaseException | None = None
+    for i, o in enumerate(outcomes):
+        mismatch = isinstance(o.error, HeaderMismatch)
+        if o.rejected:
+            why = "header mismatch" if mismatch else "refused"
+            click.echo(
+                f"zotsink: {o.rejected} records {why}; they are in {o.rejects_path}"
+                + (f" ({o.error})" if mismatch else ""),
+                err=True,
+            )
+        if o.error is not None and not mismatch:
+            # Once per file, however many batches failed: the first error says why and where.
+            click.echo(f"zotsink: error: {o.error}", err=True)
+            failed = failed or o.error
+        if o.spilled:
+            # the first file is the command's OUT; the others (run's log and ledger) are named
+            what = "records" if i == 0 else f"lines meant for {o.path}"
+            click.echo(
+                f"zotsink: {o.spilled} {what} are safe in {', '.join(o.spill_paths)}; "
+                f"run `{recover_command(o.path, o.spill_paths)}` when the cause is fixed",
+                err=True,
+            )
+    return failed
+
+
+def recover_command(path: str, spill_paths: Iterable[str]) -> str:
+    """The ``zotsink recover`` line that takes these spill files back into ``path``:
+    recover finds those beside it by itself; any elsewhere (a full disk sends them to
+    ``$TMPDIR``) must be named."""
+    import os
+    import shlex
+
+    from .._core.sidefiles import find_spills
+
+    beside = {os.path.abspath(p) for p in find_spills(path)}
+    extra = [p for p in spill_paths if os.path.abspath(p) not in beside]
+    return " ".join(shlex.quote(a) for a in ["zotsink", "recover", path, *extra])
+
+
 def run_api(call: Callable[[], Any]) -> Any:
     """Run an API call, turning zotsink errors into a message and their exit code."""
     try:
@@ -144,6 +194,11 @@ class Seconds(click.ParamType):
         if not math.isfinite(number) or not 0 <= number <= self.maximum:
             self.fail(f"{value!r} is not between 0 and {self.maximum:g} seconds", param, ctx)
         return number
+
+
+def stamp_list(value: str | None) -> str | tuple[str, ...]:
+    """``--stamp`` as given (bare ``--stamp``: the default fields); checked by the API."""
+    return () if value is None else value
 
 
 def column_list(value: str | None) -> list[str] | None:

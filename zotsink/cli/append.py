@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,12 +16,17 @@ from ._common import (
     outcome_code,
     quiet_option,
     record_options,
+    report_outcome,
     run_api,
     say,
     set_verbosity,
+    stamp_list,
     sync_option,
     verbose_option,
 )
+
+if TYPE_CHECKING:
+    from .. import StreamReport
 
 
 @click.command("append", context_settings=CONTEXT)
@@ -65,17 +71,14 @@ def append_cmd(
     mismatch, 2 usage, 74 I/O error and 75 lock timeout (records saved to a spill
     file: run `zotsink recover OUT`), 128+N after signal N.
     """
-    from .._core.stamp import parse_stamp
-    from .._signals import Stopper
-    from .._stream import append_stream
+    from .. import Stopper, append_stream
 
     set_verbosity(verbose, quiet)
-    stamp_fields = run_api(lambda: parse_stamp(stamp)) if stamp is not None else ()
     opts = dict(
         format=fmt,
         columns=column_list(columns),
         kv=kv,
-        stamp=stamp_fields,
+        stamp=stamp_list(stamp),
         lock=lock,
         sync=sync,
         timeout=timeout,
@@ -105,37 +108,9 @@ def append_cmd(
     sys.exit(_report(out, report))
 
 
-def _report(out: str, r: object) -> int:
+def _report(out: str, r: StreamReport) -> int:
     """Say what happened; the exit code (see ``outcome_code``)."""
-    from .._core.sidefiles import find_spills
-    from .._stream import StreamReport
-    from ..errors import HeaderMismatch
-
-    assert isinstance(r, StreamReport)
-    mismatch = isinstance(r.error, HeaderMismatch)
-    if r.rejected:
-        why = "header mismatch" if mismatch else "refused"
-        click.echo(
-            f"zotsink: {r.rejected} records {why}; they are in {r.rejects_path}"
-            + (f" ({r.error})" if mismatch else ""),
-            err=True,
-        )
-    failed = r.error if r.error is not None and not mismatch else None
-    if failed is not None:
-        # Once, however many batches failed: the first error says why and where they went.
-        click.echo(f"zotsink: error: {failed}", err=True)
-    if r.spilled:
-        # recover finds spill files beside OUT by itself; any elsewhere must be named.
-        beside = {os.path.abspath(p) for p in find_spills(out)}
-        extra = [p for p in r.spill_paths if os.path.abspath(p) not in beside]
-        import shlex  # only when something was spilled: every task's start-up pays for imports
-
-        cmd = " ".join(shlex.quote(a) for a in ["zotsink", "recover", out, *extra])
-        click.echo(
-            f"zotsink: {r.spilled} records are safe in {', '.join(r.spill_paths)}; "
-            f"run `{cmd}` when the cause is fixed",
-            err=True,
-        )
+    failed = report_outcome(r.outcomes)
     if r.unterminated:
         say("note: the input did not end with a newline; one was added")
     done = f"{r.appended} bytes" if r.records is None else f"{r.records} records"

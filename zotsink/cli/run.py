@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,13 +18,18 @@ from ._common import (
     outcome_code,
     quiet_option,
     record_options,
+    report_outcome,
     run_api,
     say,
     set_verbosity,
+    stamp_list,
     sync_option,
     verbose_option,
 )
 from ._common import state as cli_state
+
+if TYPE_CHECKING:
+    from .. import RunReport
 
 
 def _check_dashes(out: str, command: tuple[str, ...]) -> None:
@@ -92,7 +98,7 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
 @record_options
 @lock_options
 @sync_option
-@batch_options(65536)
+@batch_options(1 << 20)
 @quiet_option
 @verbose_option
 def run_cmd(
@@ -136,13 +142,10 @@ def run_cmd(
     Exit codes: 0 every task ok, 1 a task not ok or records refused, 2 usage,
     74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
     """
-    from .._core.stamp import parse_stamp
-    from .._run.runner import run_tasks
-    from .._signals import Stopper
+    from .. import Stopper, run_tasks
 
     set_verbosity(verbose, quiet)
     _check_dashes(out, command)
-    stamp_fields = run_api(lambda: parse_stamp(stamp)) if stamp is not None else ()
     with Stopper() as stopper:
         report = run_api(
             lambda: run_tasks(
@@ -163,7 +166,7 @@ def run_cmd(
                 format=fmt,
                 columns=column_list(columns),
                 kv=kv,
-                stamp=stamp_fields,
+                stamp=stamp_list(stamp),
                 lock=lock,
                 sync=sync,
                 timeout=timeout,
@@ -175,12 +178,8 @@ def run_cmd(
     sys.exit(_report(tasks, out, report))
 
 
-def _report(tasks: str, out: str, r: object) -> int:
+def _report(tasks: str, out: str, r: RunReport) -> int:
     """Say what happened; the exit code (see ``outcome_code``: a task not ok counts as 1)."""
-    from .._run.runner import RunReport
-    from ..errors import HeaderMismatch
-
-    assert isinstance(r, RunReport)
     counts: dict[str, list[int]] = {}
     for num, state in sorted(r.states.items()):
         counts.setdefault(state, []).append(num)
@@ -199,18 +198,13 @@ def _report(tasks: str, out: str, r: object) -> int:
             f"tasks not ok: {shown}; their stderr is in {r.log_path}; "
             f"`zotsink status {tasks} {out}` shows where all stand"
         )
-    if r.rejected:
-        why = "header mismatch" if isinstance(r.error, HeaderMismatch) else "refused"
-        say(f"{r.rejected} records {why}; they are in {r.rejects_path}")
-    if r.error is not None and not isinstance(r.error, HeaderMismatch):
-        say(f"error: {r.error}")
-    if r.spilled:
-        say(
-            f"{r.spilled} records are safe in {', '.join(r.spill_paths)}; "
-            f"run `zotsink recover {out}` when the cause is fixed"
-        )
+    failed = report_outcome(r.outcomes)
+    if r.error is not None and all(r.error is not o.error for o in r.outcomes):
+        # the ledger refused a start row: the tasks it announced were not run
+        click.echo(f"zotsink: error: {r.error}", err=True)
+        failed = failed or r.error
     if r.signal is not None:
         import signal
 
         say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
-    return outcome_code(r.error, r.rejected + len(bad), r.signal)
+    return outcome_code(failed or r.error, r.rejected + len(bad), r.signal)

@@ -243,7 +243,7 @@ def worker(mode: str, path: str, n: int) -> None:
         from zotsink import _append as api
 
         t = api._target(path, None, None, None, "auto", "auto", 600.0)
-        acquire = t.writer.locker.acquire
+        acquire = t.outlet.writer.locker.acquire
 
         def timed_acquire(fd: int, timeout: float, shared: bool = False) -> float:
             s = pc()
@@ -251,7 +251,7 @@ def worker(mode: str, path: str, n: int) -> None:
             waits.append(pc() - s)
             return r
 
-        t.writer.locker.acquire = timed_acquire  # type: ignore[method-assign]
+        t.outlet.writer.locker.acquire = timed_acquire  # type: ignore[method-assign]
         append = api.append_record
     enc = _encoded(rows)
     print("ready", flush=True)

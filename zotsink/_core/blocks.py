@@ -1,10 +1,9 @@
-"""The stream's input, checked before it is read and as it is read.
+"""Blocks of whole lines turned into the bytes to append, as they are read.
 
-Before: option values that cannot work (:func:`check_options`) and standard input that is
-OUT itself (:func:`check_not_out`) are refused with :class:`UsageError`, so that nothing is
-taken from the producer. As it is read: blocks of whole lines are turned into the bytes to
-append (:class:`BlockEncoder`), and a line over the limit is kept aside until it ends
-(:class:`LongLine`).
+The stream (``producer | zotsink OUT``) and ``zotsink run`` (each task's stdout) read lines
+in blocks: :class:`BlockEncoder` turns a block into the bytes to append and sets refused
+lines aside, and a line over the limit is kept aside in a temporary file until it ends
+(:class:`LongLine`), never held whole in memory.
 
 Checking lines one at a time in Python costs several times what ``cat`` spends on the same
 bytes, so each block is first checked whole with C-speed scans: a NUL byte is one ``find``
@@ -17,65 +16,25 @@ same bytes and the same refusals.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from typing import IO, Final
 
-from ._core import sidefiles
-from ._core.kv import parse_kv
-from ._core.pump import pad_heap
-from ._core.records import MAX_LINE, Encoder, count_newlines, uniform_fields
-from ._core.stamp import utc_now
-from .errors import RecordError, UsageError
+from ..errors import RecordError, UsageError
+from .kv import parse_kv
+from .pump import pad_heap
+from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
+from .stamp import utc_now
+from .writer import Writer
 
-__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "check_not_out", "check_options", "lines_of"]
+__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "lines_of"]
 
-#: The largest values the engine takes (the CLI refuses larger ones with the same limits):
-#: a batch is held in memory; poll() waits at most 2**31 ms; no job waits 115 days.
-MAX_BATCH_BYTES: Final = 1 << 30
-MAX_FLUSH_INTERVAL: Final = 1e6
-MAX_TIMEOUT: Final = 1e7
 #: The count BlockEncoder.encode gives for lines that pass through without being counted.
 UNCOUNTED: Final = -1
 
 
-def check_options(timeout: float, batch_bytes: int, flush_interval: float, kv: str | None) -> None:
-    """Refuse option values that cannot work, before anything is read (UsageError)."""
-    if kv is not None and kv not in (":", "="):
-        raise UsageError(f"--kv separator must be ':' or '=', not {kv!r}")
-    for name, value, most in (
-        ("--timeout", timeout, MAX_TIMEOUT),
-        ("--flush-interval", flush_interval, MAX_FLUSH_INTERVAL),
-    ):
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= most):
-            raise UsageError(
-                f"{name} must be a number of seconds from 0 to {most:g}, not {value!r}"
-            )
-    if isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int):
-        raise UsageError(f"--batch-bytes must be a whole number of bytes, not {batch_bytes!r}")
-    if not 1 <= batch_bytes <= MAX_BATCH_BYTES:
-        raise UsageError(
-            f"--batch-bytes must be between 1 and {MAX_BATCH_BYTES}, not {batch_bytes}"
-        )
-
-
-def check_not_out(infd: int, out: str) -> None:
-    """Refuse standard input that is OUT itself: every record read would be appended again
-    and read again, and OUT would grow until the disk is full."""
-    try:
-        a, b = os.fstat(infd), os.stat(out)
-    except OSError:
-        return  # no OUT yet (or no such input): they cannot be the same file
-    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
-        raise UsageError(
-            f"standard input is {out} itself: its records would be appended to it again "
-            f"without end; read from a copy (cp {out} {out}.copy)"
-        )
-
-
 #: Input bytes after which a stream that allocates per batch asks for a padded heap: about
-#: where the page faults it saves (some 1.1 ms a MiB) have paid for ``import ctypes``.
+#: where the page faults it saves have paid for ``import ctypes`` (see BENCHMARKS.md).
 PAD_AFTER: Final = 4 << 20
 
 
@@ -236,7 +195,7 @@ class LongLine:
         self.tmp.write(piece)
         self.size += len(piece)
 
-    def finish(self, reason: str, *, lock: str, timeout: float) -> None:
+    def finish(self, reason: str, rejects: Writer, *, timeout: float) -> None:
         """Append ``reason<TAB>line`` to OUT.rejects as one record, under one lock hold.
 
         Read back from the temporary file, not from the producer: the lock is held only as
@@ -256,7 +215,6 @@ class LongLine:
             yield b"\n"
 
         try:
-            with sidefiles.rejects_writer(self.out, lock=lock) as w:
-                w.append_chunks(chunks(), timeout=timeout)
+            rejects.append_chunks(chunks(), timeout=timeout)
         finally:
             tmp.close()
