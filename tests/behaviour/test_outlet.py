@@ -183,8 +183,47 @@ def test_after_one_lock_timeout_later_tasks_do_not_wait_it_again(
     # Each task's end flushes OUT: six full waits would take 24 s; after the first
     # timeout each later batch waits about a second.
     assert took < 4 * timeout, r.stderr.decode()
-    rows = ledger_rows(tmp_path / "out.txt.ledger")
-    assert sum(r["event"] == "end" for r in rows) == 6
+    ends = [r for r in ledger_rows(tmp_path / "out.txt.ledger") if r["event"] == "end"]
+    assert len(ends) == 6
+    # no end row may claim that OUT holds what a spill file holds
+    spill = spills(tmp_path, "out.txt")[0]
+    for row in ends:
+        assert f"records of this task may be in {spill}, not in OUT" in row["note"], row
+
+
+def test_a_spilled_log_is_named_with_its_own_recover_line(
+    tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]]
+) -> None:
+    (tmp_path / "tasks.txt").write_text("echo rec; echo oops >&2\n")
+    (tmp_path / "out.txt.log").mkdir()  # the log cannot be appended to
+    r = zotsink("run", "tasks.txt", "out.txt", "--shell", "-q")
+    err = r.stderr.decode()
+    assert r.returncode == 74, err
+    assert (tmp_path / "out.txt").read_bytes() == b"rec\n"
+    (spill,) = spills(tmp_path, "out.txt.log")
+    assert spill.read_bytes() == b"1\toops\n"
+    assert (
+        f"zotsink: 1 lines meant for out.txt.log are safe in {spill}; "
+        "run `zotsink recover out.txt.log` when the cause is fixed"
+    ) in err
+    (tmp_path / "out.txt.log").rmdir()
+    r = zotsink("recover", "out.txt.log")
+    assert r.returncode == 0, r.stderr.decode()
+    assert (tmp_path / "out.txt.log").read_bytes() == b"1\toops\n"
+
+
+def test_run_waits_for_a_locked_ledger_no_longer_than_its_timeout(
+    tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]], hold
+) -> None:
+    (tmp_path / "tasks.txt").write_text("echo rec\n")
+    (tmp_path / "out.txt.ledger").write_text("")
+    holder = hold(tmp_path / "out.txt.ledger")
+    r = zotsink("run", "tasks.txt", "out.txt", "--shell", "--timeout", "1", timeout=120)
+    holder.communicate(b"", timeout=30)
+    err = r.stderr.decode()
+    assert r.returncode == 75, err
+    assert "out.txt.ledger" in err
+    assert not (tmp_path / "out.txt").exists()  # no task ran
 
 
 # Writes argv[1] MiB to stdout (or stderr with argv[2] == "err") without a newline.

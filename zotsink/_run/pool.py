@@ -25,8 +25,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Sequence
-from typing import IO, Final
+from typing import IO, Final, NamedTuple
 
 from .._core.blocks import BlockEncoder, LongLine
 from .._core.outlet import Outlet
@@ -37,7 +36,7 @@ from ..errors import ZotsinkError
 from .ledger import Ledger, TaskState
 from .tasks import Task, task_argv
 
-__all__ = ["Pool"]
+__all__ = ["Pool", "Tasking"]
 
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
 KILL_AFTER: Final = 5.0
@@ -70,10 +69,24 @@ class _Proc:
         self.nbytes = 0
         self.notes: list[str] = []
         self.status: str | None = None  # set when zotsink ends the task: timeout, interrupted
+        self.spilled = False  # OUT spilled while it ran: some of its records may be elsewhere
         self.exited_at: float | None = None
         self.kill_at: float | None = None  # SIGKILL due
         self.term_at: float | None = None  # SIGTERM due
         self.reap_wait = 0.0005  # seconds until the next look for its exit
+
+
+class Tasking(NamedTuple):
+    """How each task is run: the command and the limits ``zotsink run`` was given."""
+
+    command: tuple[str, ...]
+    shell: bool
+    jobs: int
+    retries: int
+    task_timeout: float | None
+    grace: float
+    kv: str | None  # the tasks print key:value lines
+    env: dict[str, str]
 
 
 class Pool:
@@ -84,32 +97,18 @@ class Pool:
         *,
         queue: deque[Task],
         states: dict[int, TaskState],
-        command: Sequence[str],
-        shell: bool,
-        jobs: int,
-        retries: int,
-        task_timeout: float | None,
-        grace: float,
-        env: dict[str, str],
+        how: Tasking,
         book: Ledger,
         template: Encoder,
-        kv: str | None,
         out: Outlet,
         log: Outlet,
         stopper: Stopper | None,
     ) -> None:
         self.queue = queue
         self.states = states
-        self.command = list(command)
-        self.shell = shell
-        self.jobs = jobs
-        self.retries = retries
-        self.task_timeout = task_timeout
-        self.grace = grace
-        self.env = env
+        self.how = how
         self.book = book
         self.template = template
-        self.kv = kv
         self.out = out
         self.log = log
         self.stopper = stopper
@@ -124,6 +123,7 @@ class Pool:
         self.started = 0
         self.stopping = False
         self.ledger_error: Exception | None = None
+        self._spilled_seen = 0  # OUT's spilled records at the last look
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
@@ -142,6 +142,7 @@ class Pool:
                 self._tend(proc, now)
             if self.out.due(now):
                 self.out.flush()
+                self._out_spilled()
             if self.log.due(now):
                 self.log.flush()
         self.out.flush()
@@ -175,12 +176,12 @@ class Pool:
         for p in self.procs:
             p.status = "interrupted"
             _signal_group(p, signum)
-            p.term_at = now + self.grace
+            p.term_at = now + self.how.grace
 
     # -- starting ----------------------------------------------------------------------------
     def _start_next(self) -> None:
         batch: list[tuple[Task, int]] = []
-        while self.queue and not self.stopping and len(self.procs) + len(batch) < self.jobs:
+        while self.queue and not self.stopping and len(self.procs) + len(batch) < self.how.jobs:
             task = self.queue.popleft()
             self.tries[task.num] = self.tries.get(task.num, 0) + 1
             attempt = self.states[task.num].starts + self.tries[task.num]
@@ -205,15 +206,15 @@ class Pool:
             self._spawn(task, attempt)
 
     def _spawn(self, task: Task, attempt: int) -> None:
-        env = {**self.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
+        env = {**self.how.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
         tpl = self.template
         enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum and attempt
-        proc = _Proc(task, attempt, BlockEncoder(enc, self.kv, count=True))
+        proc = _Proc(task, attempt, BlockEncoder(enc, self.how.kv, count=True))
         self.procs.append(proc)
         self.started += 1
         try:
             proc.popen = subprocess.Popen(
-                task_argv(self.command, task.line, self.shell),
+                task_argv(self.how.command, task.line, self.how.shell),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -233,8 +234,8 @@ class Pool:
             proc.fds[fd] = bytearray()
             self.running[fd] = proc
             self.poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        if self.task_timeout is not None:
-            proc.term_at = proc.started + self.task_timeout
+        if self.how.task_timeout is not None:
+            proc.term_at = proc.started + self.how.task_timeout
 
     # -- reading -----------------------------------------------------------------------------
     def _read(self, proc: _Proc, fd: int) -> None:
@@ -318,6 +319,17 @@ class Pool:
         proc.records += n
         proc.nbytes += len(data)
         self.out.add(data, n)
+        self._out_spilled()
+
+    def _out_spilled(self) -> bool:
+        """Whether OUT's outlet spilled since the last look: then the running tasks' records
+        may be among those spilled, and their end rows say so."""
+        if self.out.spilled == self._spilled_seen:
+            return False
+        self._spilled_seen = self.out.spilled
+        for p in self.procs:
+            p.spilled = True
+        return True
 
     def _log(self, num: int, line: bytes) -> None:
         self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1)
@@ -382,6 +394,14 @@ class Pool:
             proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
         # Records first, then the row that says they are there.
         self.out.flush()
+        if self._out_spilled():
+            proc.spilled = True
+        if proc.spilled:
+            # the row must not say that OUT holds what a spill file holds
+            proc.notes.append(
+                f"records of this task may be in {', '.join(self.out.spill_paths)}, not in "
+                f"OUT: run zotsink recover {self.out.writer.path}"
+            )
         self.log.flush()
         self.ends.append(
             self.book.end_row(
@@ -398,7 +418,9 @@ class Pool:
             )
         )
         self.final[task.num] = status
-        retry = status in ("failed", "killed", "timeout") and self.tries[task.num] <= self.retries
+        retry = (
+            status in ("failed", "killed", "timeout") and self.tries[task.num] <= self.how.retries
+        )
         if retry and not self.stopping:
             self.queue.appendleft(task)
         if not self.queue or self.stopping:

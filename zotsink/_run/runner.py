@@ -21,7 +21,7 @@ from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import UsageError
 from .ledger import Ledger, TaskState, read_ledger, states_of
-from .pool import Pool
+from .pool import Pool, Tasking
 from .tasks import chunk_range, read_tasks, scheduler_index
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
@@ -170,7 +170,9 @@ def run_tasks(
     template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
     book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
     keys = {t.num: t.line for t in todo}
-    states = states_of(keys, read_ledger(ledger_path, tasknums=keys, lock=opts.lock))
+    states = states_of(
+        keys, read_ledger(ledger_path, tasknums=keys, lock=opts.lock, timeout=opts.timeout)
+    )
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
 
     def _outlet(writer: Writer) -> Outlet:
@@ -186,16 +188,9 @@ def run_tasks(
     runner = Pool(
         queue=queue,
         states=states,
-        command=command,
-        shell=shell,
-        jobs=njobs,
-        retries=retries,
-        task_timeout=task_timeout,
-        grace=grace,
-        env=env,
+        how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env),
         book=book,
         template=template,
-        kv=opts.kv,
         out=_outlet(Writer(out, lock=opts.lock, sync=opts.sync, header=template.header_line())),
         log=_outlet(Writer(log_path, lock=opts.lock, sync=opts.sync)),
         stopper=stopper,
