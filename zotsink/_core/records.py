@@ -28,6 +28,8 @@ __all__ = [
     "encode_row",
     "escape_tsv",
     "format_for",
+    "header_fault",
+    "line_fault",
     "lines_ok",
     "parse_stamp",
     "stamp_values",
@@ -173,13 +175,52 @@ def decode_row(line: str, fmt: str) -> list[str]:
 # rule as one C-speed scan over a block of lines or one str, for the hot paths.
 
 
-def check_line(line: bytes) -> str | None:
-    """Why a raw record line (without newline) is refused, or None when it is fine."""
+def line_fault(
+    line: bytes, fmt: str = "lines", width: int | None = None, fields: int | None = None
+) -> tuple[str, str] | None:
+    """The one valid-line rule: why a record (without its final newline) is refused, as
+    ``(kind, reason)``, or None when it is fine. ``append`` refuses and ``verify`` reports
+    exactly these.
+
+    Kinds: ``nul`` (a NUL byte), ``long`` (over :data:`MAX_LINE` bytes), ``malformed`` (a
+    csv line that is not exactly one record), ``fields`` (a field count other than
+    ``width``, the header's). ``fields``: the record's field count when the caller has
+    parsed it already (a csv record that spans lines); else it is counted here.
+    """
     if b"\0" in line:
-        return "NUL byte"
+        return ("nul", "NUL byte")
     if len(line) > MAX_LINE:
-        return f"line of {len(line)} bytes is over the {MAX_LINE}-byte limit"
+        return ("long", f"line of {len(line)} bytes is over the {MAX_LINE}-byte limit")
+    if fields is None and (fmt == "csv" or (width is not None and fmt == "tsv")):
+        if fmt == "tsv":
+            fields = line.count(b"\t") + 1
+        else:
+            try:
+                fields = len(decode_row(line.decode("utf-8", "surrogateescape"), "csv"))
+            except Exception as e:  # csv.Error or RecordError: an open quote, a bare CR
+                return ("malformed", f"malformed csv line ({e})")
+    if width is not None and fields is not None and fmt != "lines" and fields != width:
+        return ("fields", f"{fields} fields where the header has {width}")
     return None
+
+
+def check_line(line: bytes) -> str | None:
+    """Why a raw record line (without newline) is refused whatever the format, or None:
+    :func:`line_fault`'s NUL and length rules."""
+    why = line_fault(line)
+    return None if why is None else why[1]
+
+
+def header_fault(names: Sequence[str]) -> int:
+    """The one header rule: the index of the first column that has no name or repeats an
+    earlier one's, or -1 when every column has a name of its own. ``Encoder`` and
+    ``verify`` each word the fault for their reader."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name or name in seen:
+            return i
+        seen.add(name)
+    return -1
 
 
 #: translate() tables that delete every byte but a separator and the newline.
@@ -274,11 +315,11 @@ class Encoder:
 
     def set_columns(self, columns: Sequence[str]) -> None:
         cols = tuple(columns)
-        if not cols or any(not c for c in cols):
+        bad = header_fault(cols) if cols else 0
+        if bad >= 0 and (not cols or not cols[bad]):
             raise UsageError(f"column names must not be empty: {','.join(cols)!r}")
-        if len(set(cols)) != len(cols):
-            dup = next(c for c in cols if cols.count(c) > 1)
-            raise UsageError(f"column {dup!r} is named twice in {','.join(cols)!r}")
+        if bad >= 0:
+            raise UsageError(f"column {cols[bad]!r} is named twice in {','.join(cols)!r}")
         clash = set(cols) & set(self.stamp)
         if clash:
             raise UsageError(f"column {sorted(clash)[0]!r} is also a --stamp field")
@@ -310,27 +351,16 @@ class Encoder:
         sep = "," if self.fmt == "csv" else "\t"
         return (encode_row(self.stamp_row(now), self.fmt) + sep).encode("utf-8", "surrogateescape")
 
-    def field_count(self, line: bytes) -> int:
-        if self.fmt == "csv":
-            return len(decode_row(line.decode("utf-8", "surrogateescape"), "csv"))
-        return line.count(b"\t") + 1
-
     def check_raw(self, line: bytes) -> str | None:
-        """Why a pre-formatted line (without newline) is refused, or None.
+        """Why a pre-formatted line (without newline) is refused, or None: :func:`line_fault`
+        with this OUT's format and header.
 
         In csv every line must parse as exactly one record (with a header: of its width):
         a line with a quote left open would make csv readers swallow every record that
         other writers append after it.
         """
-        why = check_line(line)
-        if why is None and (self.fmt == "csv" or (self.columns is not None and self.fmt == "tsv")):
-            try:
-                n = self.field_count(line)
-            except Exception as e:  # csv.Error or RecordError: an open quote, a bare CR
-                return f"malformed csv line ({e})"
-            if self.columns is not None and n != len(self.columns):
-                why = f"{n} fields where the header has {len(self.columns)}"
-        return why
+        why = line_fault(line, self.fmt, None if self.columns is None else len(self.columns))
+        return None if why is None else why[1]
 
     def encode(self, record: Record, now: str | None = None) -> bytes:
         """One record as a bytes line ending in a newline; RecordError when refused."""
