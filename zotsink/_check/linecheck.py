@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
-from .._core.fileio import line_blocks
+from .._core.fileio import line_blocks, lines_with_ends
 from .._core.records import csv_module, header_fault, line_fault, lines_ok
 
 __all__ = ["Unit", "Why", "scan"]
@@ -33,27 +33,6 @@ class Unit(NamedTuple):
     header: bool = False
     why: Why = None  # the problem of a single record
     run: list[bytes] | None = None  # a run: each record without its newline
-
-
-def physical_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Lines with their newline; the last one without, if the data does not end in one."""
-    pending: list[bytes] = []
-    for chunk in chunks:
-        if b"\n" not in chunk:
-            pending.append(chunk)  # a line longer than a chunk: no quadratic re-joining
-            continue
-        if pending:
-            pending.append(chunk)
-            chunk = b"".join(pending)
-            pending = []
-        parts = chunk.split(b"\n")
-        rest = parts.pop()
-        for part in parts:
-            yield part + b"\n"
-        if rest:
-            pending.append(rest)
-    if pending:
-        yield b"".join(pending)
 
 
 def _shape(content: bytes, complete: bool, fmt: str, ref: int | None, nfields: int | None) -> Why:
@@ -169,7 +148,7 @@ class _Feed:
 
 
 def _scan_csv(chunks: Iterator[bytes], has_header: bool) -> Iterator[Unit]:
-    feed = _Feed(physical_lines(chunks))
+    feed = _Feed(lines_with_ends(chunks))
     # strict: text after a closing quote is an error, not glued on (a stray quote
     # would otherwise swallow the lines after it into a record that looks valid)
     csv = csv_module()  # with zotsink's one field limit

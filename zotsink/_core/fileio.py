@@ -19,6 +19,7 @@ __all__ = [
     "fsync_dir",
     "is_tar_name",
     "line_blocks",
+    "lines_with_ends",
     "open_for_append",
     "open_regular",
     "pread_chunks",
@@ -306,7 +307,8 @@ def fresh_stat(fd: int, coherent: bool) -> tuple[int, int, int]:
 def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
     """The lines (no newlines) of a stream of chunks, one list per chunk: ``(lines, True)``;
     a final piece with no newline comes alone as ``([piece], False)``. The one line splitter
-    (readers and verify); a line longer than a chunk is joined once, not once per chunk."""
+    (readers, verify, the pack index); a line longer than a chunk is joined once, not once
+    per chunk."""
     pending: list[bytes] = []
     for chunk in chunks:
         if b"\n" not in chunk:
@@ -323,6 +325,18 @@ def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
             pending.append(rest)
     if pending:
         yield [b"".join(pending)], False
+
+
+def lines_with_ends(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream of chunks, each with its newline; a final piece with no
+    newline (a torn fragment) comes last as it is. For readers that must keep the exact
+    bytes (verify's csv records, which may span lines)."""
+    for lines, complete in line_blocks(chunks):
+        if complete:
+            for line in lines:
+                yield line + b"\n"
+        else:
+            yield lines[0]
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Union
 
 from ..errors import RecordError, UsageError
+from .fileio import line_blocks
 from .stamp import DEFAULT_STAMP, STAMP_FIELDS, parse_stamp, stamp_values, utc_now
 
 __all__ = [
@@ -267,7 +268,7 @@ def lines_ok(block: bytes, lines: list[bytes] | None = None, tabs: int = -1) -> 
         return False
     if len(block) > MAX_LINE:
         if lines is None:
-            lines = block.split(b"\n")
+            lines = [line for part, _ in line_blocks((block,)) for line in part]
         if max(map(len, lines), default=0) > MAX_LINE:
             return False
     if tabs >= 0:

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._core.fileio import file_kind, fresh_stat, open_regular
+from .._core.fileio import file_kind, fresh_stat, line_blocks, open_regular
 from .._core.outcheck import PACK_INDEX_HEADER
 from .._core.records import escape_tsv, unescape_tsv
 
@@ -88,23 +88,24 @@ def parse_index(data: bytes, start: int = 0) -> tuple[list[Row], list[str], int]
     """
     rows: list[Row] = []
     problems: list[str] = []
-    pos = 0
-    complete = data.rfind(b"\n") + 1
-    for line in data[:complete].split(b"\n")[:-1]:
-        at = start + pos
-        pos += len(line) + 1
-        if at == 0 and line + b"\n" == HEADER:
-            continue
-        try:
-            rows.append(parse_row(line))
-        except ValueError as e:
-            problems.append(f"index line at byte {at}: not a row ({e})")
-    if complete < len(data):
-        problems.append(
-            f"index ends in a torn row at byte {start + complete} "
-            f"({len(data) - complete} bytes without a newline)"
-        )
-    return rows, problems, start + complete
+    pos = 0  # bytes of whole lines so far
+    for lines, complete in line_blocks((data,)):
+        if not complete:
+            problems.append(
+                f"index ends in a torn row at byte {start + pos} "
+                f"({len(lines[0])} bytes without a newline)"
+            )
+            break
+        for line in lines:
+            at = start + pos
+            pos += len(line) + 1
+            if at == 0 and line + b"\n" == HEADER:
+                continue
+            try:
+                rows.append(parse_row(line))
+            except ValueError as e:
+                problems.append(f"index line at byte {at}: not a row ({e})")
+    return rows, problems, start + pos
 
 
 class IndexCache:
