@@ -131,3 +131,25 @@ def test_the_splitter_keeps_every_byte_whatever_the_chunks() -> None:
         blocks = list(line_blocks(iter(chunks)))
         assert [ln for part, ok in blocks if ok for ln in part] == [b"a", b"", b"bb\r", b"x" * 50]
         assert blocks[-1] == ([b"last"], False)
+
+
+# -- one wait loop: _core/backoff.py -------------------------------------------------------
+
+
+def _sleeps(tree: ast.Module) -> Iterator[int]:
+    """Lines of ``tree`` that reach a sleep: ``x.sleep`` or ``from time import sleep``."""
+    for node in ast.walk(tree):
+        attribute = isinstance(node, ast.Attribute) and node.attr == "sleep"
+        imported = isinstance(node, ast.ImportFrom) and node.module == "time"
+        if attribute or (imported and any(a.name == "sleep" for a in node.names)):
+            yield node.lineno
+
+
+def test_only_backoff_sleeps_in_the_write_path() -> None:
+    found = [
+        f"{rel}:{no}"
+        for rel, tree in _modules("_core", "_pack")
+        if rel != "zotsink/_core/backoff.py"
+        for no in _sleeps(tree)
+    ]
+    assert found == [], "wait with a policy of zotsink._core.backoff (tries, pause, retry_until)"

@@ -7,9 +7,10 @@ import errno
 import os
 import stat
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
+
+from .backoff import CREATE_RACE, tries
 
 __all__ = [
     "TAR_ENDINGS",
@@ -186,27 +187,22 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     return fd, readable
 
 
-#: Opens tried when the filesystem says EEXIST to a create that is not exclusive.
-_CREATE_RACE_TRIES: Final = 8
-
-
 def open_created(path: str, flags: int, mode: int) -> int:
     """``os.open`` with ``O_CREAT`` (not ``O_EXCL``), robust to a create race.
 
     A FUSE client (GlusterFS) that looked the name up before another client created the
     file sends its own create after, and the server answers EEXIST even though the open
     was not exclusive. The file is there now: the open is tried again, which looks it up
-    (tasks of one array start together, and the first record creates OUT), after a pause
-    that doubles from 1 ms (0.127 s in all over the 8 tries) in case the client still
-    holds the name's old lookup. Raises the last ``OSError``.
+    (tasks of one array start together, and the first record creates OUT), after pauses
+    that let the client's old lookup of the name expire (:data:`.backoff.CREATE_RACE`).
+    Raises the last ``OSError``.
     """
-    for attempt in range(_CREATE_RACE_TRIES):
+    for last in tries(CREATE_RACE):
         try:
             return os.open(path, flags, mode)
         except FileExistsError:
-            if flags & os.O_EXCL or attempt == _CREATE_RACE_TRIES - 1:
+            if flags & os.O_EXCL or last:
                 raise
-        time.sleep(0.001 * 2**attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

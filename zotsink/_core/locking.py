@@ -20,13 +20,12 @@ import contextlib
 import errno
 import fcntl
 import os
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ..errors import LockError, LockTimeout, UsageError, WriteError, ZotsinkWarning
-from .backoff import retry_until
+from .backoff import STALE_HANDLE, pause, retry_until
 
 __all__ = [
     "LOCK_KINDS",
@@ -292,6 +291,7 @@ def open_locked(
     :data:`MAX_REOPENS` times) and the ``OSError`` of a failing ``stat``.
     """
     waited = 0.0
+    stale = 0  # stale handles met so far
     for _ in range(MAX_REOPENS):
         if held is None:
             fd = opener()
@@ -307,7 +307,7 @@ def open_locked(
         except BaseException:
             os.close(fd)
             raise
-        stale = False
+        was_stale = False
         try:
             named = os.stat(path)
             if named.st_ino == held[2] and named.st_dev == held[1]:
@@ -320,14 +320,15 @@ def open_locked(
             if e.errno != errno.ESTALE:
                 _drop(locker, fd)
                 raise
-            stale = True
+            was_stale = True
         except BaseException:
             _drop(locker, fd)
             raise
         _drop(locker, fd)
         held = None
-        if stale:
-            time.sleep(0.02)  # the client's cache needs a moment to let go
+        if was_stale:  # the client's cache needs a moment to let go of the old handle
+            pause(STALE_HANDLE, stale)
+            stale += 1
     raise WriteError(
         f"{path} was replaced {MAX_REOPENS} times while zotsink tried to lock it",
         path=path,
