@@ -6,7 +6,7 @@ that spans lines and is not well formed (an unclosed quote swallowed the lines a
 gives up only its first line: the lines after it are read again as records of their own,
 so one stray quote cannot take a whole file down with it.
 
-Duplicates are not found here: that needs memory across the file (see :mod:`.verify`).
+Duplicates are not found here: that needs memory across the file (see :mod:`.check`).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ LOCK_WAIT: Final = Policy(FIRST_DELAY, MAX_DELAY)
 #: another client just created): the name's old lookup must expire before a new open.
 CREATE_RACE: Final = Policy(1e-3, 64e-3, jitter=False, tries=8)
 #: A stale NFS/FUSE file handle: the file was replaced through another client, whose cache
-#: lets go of the old one within about a second; each try reopens by name.
+#: lets go of the old one soon; each try reopens by name.
 STALE_HANDLE: Final = Policy(20e-3, 50e-3, jitter=False, tries=40)
 #: OUT is known to be longer than what this client's read returns: a network client that
 #: read OUT before another node wrote its header serves its cached pages for a while.

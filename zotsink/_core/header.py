@@ -52,7 +52,7 @@ def existing_header(path: str) -> bytes | None:
             return None
         except OSError as e:
             # OUT replaced through another client of a network filesystem (verify --repair
-            # on another node): this client's cached handle is stale for up to a second.
+            # on another node): this client's cached handle is stale until its cache lets go.
             if e.errno != errno.ESTALE or last:
                 raise
     return line if line.endswith(b"\n") else None

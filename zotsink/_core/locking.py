@@ -7,11 +7,12 @@
              on this host is broken at once, a foreign one after a lease) for mounts where
              kernel locks do not work at all.
 
-Each kind makes non-blocking attempts only; the waiting lives in :mod:`zotsink.backoff`.
+Each kind makes non-blocking attempts only; the waiting lives in
+:mod:`zotsink._core.backoff`.
 
 The lock calls come from ``fcntl`` directly rather than portalocker: importing portalocker
-costs about 40 ms here (most of it package metadata), two thirds of the whole budget of a
-one-record CLI run, and it would add nothing but a wrapper around the same two calls.
+costs much of a one-record CLI run's start (most of it package metadata; see
+BENCHMARKS.md), and it would add nothing but a wrapper around the same two calls.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class FlockLock:
 
     def try_acquire(self, shared: bool = False) -> bool:
         # flock called here, not through _attempt: the writer's steady state takes this
-        # path once per record, and a call less is 5 % of append_record
+        # path once per record, and a call less shows in append_record's rate
         try:
             fcntl.flock(self.fd, _SH_NB if shared else _EX_NB)
         except OSError as e:
@@ -144,7 +145,7 @@ class LockfileLock:
     kind = "lockfile"
 
     def __init__(self, path: str, lease: float = LOCKFILE_LEASE) -> None:
-        import filelock  # only this kind needs it; its import costs ~30 ms
+        import filelock  # only this kind needs it, and its import slows every start
 
         with warnings.catch_warnings():
             # The lease is deliberate: zotsink holds the lock for milliseconds, so a marker

@@ -108,7 +108,7 @@ def encode_row(values: Iterable[Any], fmt: str) -> str:
     if fmt == "csv":
         return _csv_line(texts)
     # Join first and escape only when needed: one C-speed scan of the line instead of a call
-    # per value (4-value row: 1.0 -> 0.45 µs). A tab inside a value shows as one tab too many.
+    # per value. A tab inside a value shows as one tab too many.
     line = "\t".join(texts)
     if "\\" in line or "\n" in line or "\r" in line or line.count("\t") != len(texts) - 1:
         return "\t".join([escape_tsv(t) for t in texts])
@@ -234,7 +234,7 @@ def uniform_fields(
     """The number of lines in ``src[at:end]`` (whole lines) when each has exactly ``k``
     fields split by ``sep``, else -1. One C-speed pass: deleting every byte but separators
     and newlines leaves exactly ``sep * (k - 1) + newline`` once per line in a good block."""
-    # bytes.translate: about a third faster than bytearray's on the same bytes, copy included
+    # bytes.translate: faster than bytearray's on the same bytes, copy included
     piece = src[at:end] if isinstance(src, bytes) else bytes(memoryview(src)[at:end])
     marks = piece.translate(None, _ONLY[sep])
     n = len(marks) // k
@@ -244,12 +244,12 @@ def uniform_fields(
 
 
 def count_newlines(src: bytes | bytearray | memoryview, at: int = 0, end: int | None = None) -> int:
-    """``src[at:end].count(b"\n")``, three times faster for lines of 80 bytes.
+    """``src[at:end].count(b"\n")``, faster unless the lines are short.
 
-    ``count`` tests every byte in a plain loop (0.5 ns a byte here, as long as ``cat`` takes
-    to copy it); deleting the newlines with ``replace`` finds each with ``memchr`` and copies
-    the runs between them: 0.43 ns a byte for 32-byte lines, 0.17 for 88, but 1.5 for 8. A
-    sample of the first 4 KiB picks the method; both give the same count."""
+    ``count`` tests every byte in a plain loop (as long as ``cat`` takes to copy them);
+    deleting the newlines with ``replace`` finds each with ``memchr`` and copies the runs
+    between them, which wins for all but very short lines (BENCHMARKS.md has the figures).
+    A sample of the first 4 KiB picks the method; both give the same count."""
     if isinstance(src, memoryview):  # no count() of its own
         src, at, end = bytes(src[at:end]), 0, None
     end = len(src) if end is None else end
@@ -384,8 +384,8 @@ class Encoder:
             return self.stamp_prefix(now) + raw + b"\n" if self.stamp else raw + b"\n"
         tp = type(record)
         if tp is list or tp is tuple:
-            # Before the ABCs: isinstance against Mapping and Sequence costs about 0.3 µs,
-            # a third of encoding a short row.
+            # Before the ABCs: isinstance against Mapping and Sequence costs a good part of
+            # encoding a short row.
             values = list(record) if self.stamp else record
             if self.columns is not None and len(values) != len(self.columns):
                 raise RecordError(
