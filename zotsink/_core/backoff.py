@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "CREATE_RACE",
@@ -38,9 +37,8 @@ FIRST_DELAY: Final = 50e-6
 MAX_DELAY: Final = 50e-3
 
 
-@dataclass(frozen=True)
 class Policy:
-    """How one kind of wait backs off.
+    """How one kind of wait backs off; not changed once made (:meth:`replace` makes another).
 
     Sleeps start at a ceiling of ``first`` seconds that doubles up to ``cap``; with
     ``jitter`` each sleep is a uniform draw below the ceiling, else the ceiling itself.
@@ -48,11 +46,37 @@ class Policy:
     None for both: until the caller stops (:func:`retry_until` gives the budget).
     """
 
+    # A plain class: the CLI imports this on every start, and a dataclass or NamedTuple
+    # costs more to define than all the rest of the module.
+    __slots__ = ("budget", "cap", "first", "jitter", "tries")
     first: float
     cap: float
-    jitter: bool = True
-    tries: int | None = None
-    budget: float | None = None
+    jitter: bool
+    tries: int | None
+    budget: float | None
+
+    def __init__(
+        self,
+        first: float,
+        cap: float,
+        jitter: bool = True,
+        tries: int | None = None,
+        budget: float | None = None,
+    ) -> None:
+        for name, value in zip(self.__slots__, (budget, cap, first, jitter, tries)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a Policy is not changed ({name}): make another with replace()")
+
+    def replace(self, **changes: Any) -> Policy:
+        """A copy with ``changes`` (field=value)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return Policy(**{**fields, **changes})
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"Policy({fields})"
 
 
 #: A lock held by another writer: the caller's --timeout is the budget.
@@ -155,7 +179,7 @@ def retry_until(
     """
     start = clock()
     n = 0
-    for _last in tries(replace(policy, budget=timeout), clock=clock, sleep=sleep, rand=rand):
+    for _last in tries(policy.replace(budget=timeout), clock=clock, sleep=sleep, rand=rand):
         n += 1
         if attempt():
             return True, n, 0.0 if n == 1 else clock() - start
