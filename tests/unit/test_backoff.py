@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
+import os
 import random
+from pathlib import Path
 
 import pytest
 
-from zotsink._core.backoff import FIRST_DELAY, MAX_DELAY, delays, retry_until
+from zotsink._core import header
+from zotsink._core.backoff import (
+    CREATE_RACE,
+    FIRST_DELAY,
+    HEADER_SETTLE,
+    LOCK_WAIT,
+    MAX_DELAY,
+    STALE_HANDLE,
+    Policy,
+    delays,
+    pause,
+    retry_until,
+    tries,
+)
 
 
 def test_ceilings_double_from_50us_to_a_50ms_cap() -> None:
@@ -76,3 +92,72 @@ def test_zero_timeout_means_one_attempt() -> None:
     fc = FakeClock()
     ok, tries, _ = retry_until(lambda: False, 0, clock=fc.clock, sleep=fc.sleep)
     assert (ok, tries, fc.sleeps) == (False, 1, [])
+
+
+def test_tries_stop_at_the_policy_s_count_with_the_ceilings_as_sleeps() -> None:
+    fc = FakeClock()
+    policy = Policy(0.01, 0.04, jitter=False, tries=5)
+    seen = list(tries(policy, clock=fc.clock, sleep=fc.sleep))
+    assert seen == [False, False, False, False, True]
+    assert fc.sleeps == pytest.approx([0.01, 0.02, 0.04, 0.04])  # no sleep after the last
+
+
+def test_tries_keep_a_budget_with_one_attempt_at_its_end() -> None:
+    fc = FakeClock()
+    at = []
+    for last in tries(Policy(0.01, 0.25, jitter=False, budget=1.0), clock=fc.clock, sleep=fc.sleep):
+        at.append((fc.now, last))
+    assert at[0] == (100.0, False) and at[-1] == (pytest.approx(101.0), True)
+    assert not any(last for _, last in at[:-1])
+    assert sum(fc.sleeps) == pytest.approx(1.0) and max(fc.sleeps) <= 0.25
+
+
+def test_a_loop_left_early_sleeps_no_more() -> None:
+    fc = FakeClock()
+    for n, _last in enumerate(tries(STALE_HANDLE, clock=fc.clock, sleep=fc.sleep)):
+        if n == 2:
+            break
+    assert fc.sleeps == pytest.approx([STALE_HANDLE.first, 2 * STALE_HANDLE.first])
+
+
+@pytest.mark.parametrize("policy", [CREATE_RACE, STALE_HANDLE, HEADER_SETTLE, LOCK_WAIT])
+def test_every_policy_ends_or_is_given_a_deadline(policy: Policy) -> None:
+    assert 0 < policy.first <= policy.cap
+    if policy is LOCK_WAIT:
+        assert policy.tries is None and policy.budget is None  # retry_until gives --timeout
+    else:
+        assert policy.tries is not None or policy.budget is not None
+
+
+def test_pause_sleeps_the_policy_s_ceiling_without_jitter() -> None:
+    fc = FakeClock()
+    for n in range(4):
+        pause(STALE_HANDLE, n, sleep=fc.sleep)
+    assert fc.sleeps == pytest.approx([0.02, 0.04, 0.05, 0.05])
+
+
+def test_a_stale_handle_at_out_s_header_is_retried_then_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n1\t2\n")
+    real = header.open_regular
+    calls: list[str] = []
+
+    def stale_twice(path: str) -> tuple[int, os.stat_result]:
+        calls.append(path)
+        if len(calls) <= 2:
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+        return real(path)
+
+    monkeypatch.setattr(header, "open_regular", stale_twice)
+    monkeypatch.setattr(header, "STALE_HANDLE", Policy(1e-3, 1e-3, jitter=False, tries=3))
+    assert header.existing_header(str(out)) == b"a\tb\n"
+    assert len(calls) == 3
+
+    calls.clear()
+    monkeypatch.setattr(header, "STALE_HANDLE", Policy(1e-3, 1e-3, jitter=False, tries=2))
+    with pytest.raises(OSError) as e:
+        header.existing_header(str(out))
+    assert e.value.errno == errno.ESTALE and len(calls) == 2

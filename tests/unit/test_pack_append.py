@@ -207,3 +207,45 @@ def test_verify_names_the_offset_of_changed_data_and_repair_keeps_it(tmp_path: P
     ]
     assert verify_archive(archive, repair=True).problems == report.problems  # not cut
     assert archive.read_bytes() == bytes(data)
+
+
+def test_a_stale_index_handle_is_followed_by_name_then_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index replaced through another client: settle meets ESTALE on the old handle;
+    the index is opened again by name after the stale-handle pause, and given up on only
+    when the policy's tries are spent (the error then names the errno, nothing written)."""
+    import errno
+
+    from zotsink._core.backoff import Policy
+    from zotsink._pack import append as append_module
+
+    archive = tmp_path / "a.tar"
+    append_member(archive, "first", b"1")
+    real = append_module.settle
+    fds: list[int] = []
+
+    def stale_once(fd: int, idx_fd: int, *args: object, **kw: object) -> object:
+        fds.append(idx_fd)
+        if len(fds) == 1:
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+        return real(fd, idx_fd, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(append_module, "settle", stale_once)
+    monkeypatch.setattr(append_module, "STALE_HANDLE", Policy(1e-3, 1e-3, jitter=False, tries=3))
+    row = append_member(archive, "second", b"2")
+    assert len(fds) == 2 and row.name == "second"
+    assert [r.name for r in read_index(index_path(str(archive)))[0]] == ["first", "second"]
+
+    def always_stale(fd: int, idx_fd: int, *args: object, **kw: object) -> object:
+        fds.append(idx_fd)
+        raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+
+    fds.clear()
+    size = archive.stat().st_size
+    monkeypatch.setattr(append_module, "settle", always_stale)
+    with pytest.raises(OSError) as e, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        append_member(archive, "third", b"3")
+    assert len(fds) == 3 and archive.stat().st_size == size
+    assert getattr(e.value, "errno", None) == errno.ESTALE

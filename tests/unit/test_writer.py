@@ -347,7 +347,8 @@ def test_a_header_the_client_cannot_see_yet_is_read_again_not_refused(
 def test_a_header_still_unseen_after_the_wait_is_refused(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "o.tsv"
     out.write_bytes(b"a\tb\n1\t2\n")
-    monkeypatch.setattr(writer_module, "HEADER_SETTLE", 0.05)
+    short = writer_module.HEADER_SETTLE.replace(budget=0.05)
+    monkeypatch.setattr(writer_module, "HEADER_SETTLE", short)
     monkeypatch.setattr(os, "pread", lambda fd, n, offset: b"" if offset else b"a\t")
     with Writer(out, header=b"a\tb\n") as w, pytest.raises(HeaderMismatch):
         w.append(b"3\t4\n", timeout=T)

@@ -6,7 +6,7 @@ that spans lines and is not well formed (an unclosed quote swallowed the lines a
 gives up only its first line: the lines after it are read again as records of their own,
 so one stray quote cannot take a whole file down with it.
 
-Duplicates are not found here: that needs memory across the file (see :mod:`.verify`).
+Duplicates are not found here: that needs memory across the file (see :mod:`.check`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Iterator
 from typing import NamedTuple, Optional
 
-from .._core.fileio import line_blocks
-from .._core.records import csv_module, lines_ok
+from .._core.fileio import line_blocks, lines_with_ends
+from .._core.records import csv_module, header_fault, line_fault, lines_ok
 
 __all__ = ["Unit", "Why", "scan"]
 
@@ -35,60 +35,41 @@ class Unit(NamedTuple):
     run: list[bytes] | None = None  # a run: each record without its newline
 
 
-def physical_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Lines with their newline; the last one without, if the data does not end in one."""
-    pending: list[bytes] = []
-    for chunk in chunks:
-        if b"\n" not in chunk:
-            pending.append(chunk)  # a line longer than a chunk: no quadratic re-joining
-            continue
-        if pending:
-            pending.append(chunk)
-            chunk = b"".join(pending)
-            pending = []
-        parts = chunk.split(b"\n")
-        rest = parts.pop()
-        for part in parts:
-            yield part + b"\n"
-        if rest:
-            pending.append(rest)
-    if pending:
-        yield b"".join(pending)
-
-
-def _field_problem(n: int, ref: int | None) -> Why:
-    if ref is None or n == ref:
-        return None
-    fields = f"{n} field{'s' if n != 1 else ''} where the header has {ref}"
-    if ref < n < 2 * ref:
-        return ("glued", f"{fields}: the start of a torn record glued to the record after it")
-    return ("fields", fields)
-
-
-def _shape(content: bytes, complete: bool, nfields: int, ref: int | None) -> Why:
-    """The problem of a data record (``content`` without its final newline)."""
-    if b"\0" in content:
+def _shape(content: bytes, complete: bool, fmt: str, ref: int | None, nfields: int | None) -> Why:
+    """The problem of a data record (``content`` without its final newline): records' one
+    valid-line rule (:func:`line_fault`, the rule ``append`` refuses lines by), worded for
+    a reader of OUT, and the problems only a file has (a fragment, an empty line)."""
+    why = line_fault(content, fmt, ref, nfields)
+    if why is not None and why[0] == "nul":
         at = content.index(b"\0") + 1
         return ("nul", f"NUL byte at byte {at} of the line")
     if not complete:
         return ("fragment", "no newline at the end of the file: a write that was cut short")
+    if why is not None and why[0] == "long":
+        return why
     if content in (b"", b"\r"):
         return ("empty", "empty line")
-    return _field_problem(nfields, ref)
+    if why is not None and why[0] == "fields" and ref is not None and nfields is not None:
+        fields = f"{nfields} field{'s' if nfields != 1 else ''} where the header has {ref}"
+        if ref < nfields < 2 * ref:
+            return ("glued", f"{fields}: the start of a torn record glued to the record after it")
+        return ("fields", fields)
+    return why
 
 
 def _header_problem(content: bytes, complete: bool, names: list[str]) -> Why:
     if not complete:
         return ("fragment", "the header line has no newline: a write that was cut short")
-    if b"\0" in content:
-        return ("header", "NUL byte in the header line")
+    why = line_fault(content)
+    if why is not None:
+        return ("header", f"{why[1]} in the header line")
     if content in (b"", b"\r"):
         return ("header", "the header line is empty")
-    for i, name in enumerate(names):
-        if not name:
-            return ("header", f"column {i + 1} of the header has no name")
-        if name in names[:i]:
-            return ("header", f"the header names column {name!r} twice")
+    bad = header_fault(names)
+    if bad >= 0 and not names[bad]:
+        return ("header", f"column {bad + 1} of the header has no name")
+    if bad >= 0:
+        return ("header", f"the header names column {names[bad]!r} twice")
     return None
 
 
@@ -131,7 +112,7 @@ def scan(chunks: Iterator[bytes], fmt: str, has_header: bool) -> Iterator[Unit]:
                 yield Unit(first, first + len(seg) - 1, raw, run=seg)
                 continue
         for i, content in enumerate(seg, first):
-            why = _shape(content, complete, content.count(b"\t") + 1, ref)
+            why = _shape(content, complete, fmt, ref, content.count(b"\t") + 1)
             if why is None and content == header:
                 why = ("header", "the header line again, as a record")
             yield Unit(i, i, content + nl, why=why)
@@ -167,7 +148,7 @@ class _Feed:
 
 
 def _scan_csv(chunks: Iterator[bytes], has_header: bool) -> Iterator[Unit]:
-    feed = _Feed(physical_lines(chunks))
+    feed = _Feed(lines_with_ends(chunks))
     # strict: text after a closing quote is an error, not glued on (a stray quote
     # would otherwise swallow the lines after it into a record that looks valid)
     csv = csv_module()  # with zotsink's one field limit
@@ -196,9 +177,9 @@ def _scan_csv(chunks: Iterator[bytes], has_header: bool) -> Iterator[Unit]:
             # Never split the header: moving its first line would promote a record.
             why = ("header", f"csv: {error}") if error else _header_problem(content, complete, row)
         elif error is not None:
-            why = _shape(content, complete, 0, None) or ("malformed", f"csv: {error}")
+            why = _shape(content, complete, "csv", None, 0) or ("malformed", f"csv: {error}")
         else:
-            why = _shape(content, complete, len(row), ref)
+            why = _shape(content, complete, "csv", ref, len(row))
             if why is None and has_header and content == header:
                 why = ("header", "the header line again, as a record")
         if first == 1:

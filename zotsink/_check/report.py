@@ -18,6 +18,7 @@ KINDS: Final = (
     "header",
     "nul",
     "fragment",
+    "long",
     "glued",
     "fields",
     "malformed",

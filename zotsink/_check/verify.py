@@ -3,12 +3,14 @@
 A check reads a consistent snapshot (taken under a shared lock, see :func:`zotsink._read.snapshot`)
 and streams it: memory stays bounded except for one 16-byte digest per distinct good line,
 kept to find exact duplicates. Each line (each record, for csv, where a quoted value may
-hold a newline) gets at most one problem, checked in this order:
+hold a newline) gets at most one problem, checked in this order. A record is judged by
+the same rule ``append`` refuses lines by (:func:`zotsink._core.records.line_fault`):
 
 ``header``    the first line of a tsv/csv OUT is damaged (empty, NUL, empty or repeated
               column names), or the header line shows up again further down
 ``nul``       a NUL byte (what unlocked appends on NFS leave behind)
 ``fragment``  the last line has no newline: a writer died in the middle of it
+``long``      a line over the length limit that ``append`` holds every record to
 ``glued``     more fields than the header, but fewer than twice as many: the start of a torn
               record glued to the record after it
 ``fields``    any other field count that differs from the header's

@@ -7,9 +7,10 @@ import errno
 import os
 import stat
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
+
+from .backoff import CREATE_RACE, tries
 
 __all__ = [
     "TAR_ENDINGS",
@@ -19,6 +20,7 @@ __all__ = [
     "fsync_dir",
     "is_tar_name",
     "line_blocks",
+    "lines_with_ends",
     "open_for_append",
     "open_regular",
     "pread_chunks",
@@ -185,27 +187,22 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     return fd, readable
 
 
-#: Opens tried when the filesystem says EEXIST to a create that is not exclusive.
-_CREATE_RACE_TRIES: Final = 8
-
-
 def open_created(path: str, flags: int, mode: int) -> int:
     """``os.open`` with ``O_CREAT`` (not ``O_EXCL``), robust to a create race.
 
     A FUSE client (GlusterFS) that looked the name up before another client created the
     file sends its own create after, and the server answers EEXIST even though the open
     was not exclusive. The file is there now: the open is tried again, which looks it up
-    (tasks of one array start together, and the first record creates OUT), after a pause
-    that doubles from 1 ms (0.127 s in all over the 8 tries) in case the client still
-    holds the name's old lookup. Raises the last ``OSError``.
+    (tasks of one array start together, and the first record creates OUT), after pauses
+    that let the client's old lookup of the name expire (:data:`.backoff.CREATE_RACE`).
+    Raises the last ``OSError``.
     """
-    for attempt in range(_CREATE_RACE_TRIES):
+    for last in tries(CREATE_RACE):
         try:
             return os.open(path, flags, mode)
         except FileExistsError:
-            if flags & os.O_EXCL or attempt == _CREATE_RACE_TRIES - 1:
+            if flags & os.O_EXCL or last:
                 raise
-        time.sleep(0.001 * 2**attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -306,7 +303,8 @@ def fresh_stat(fd: int, coherent: bool) -> tuple[int, int, int]:
 def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
     """The lines (no newlines) of a stream of chunks, one list per chunk: ``(lines, True)``;
     a final piece with no newline comes alone as ``([piece], False)``. The one line splitter
-    (readers and verify); a line longer than a chunk is joined once, not once per chunk."""
+    (readers, verify, the pack index); a line longer than a chunk is joined once, not once
+    per chunk."""
     pending: list[bytes] = []
     for chunk in chunks:
         if b"\n" not in chunk:
@@ -323,6 +321,18 @@ def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
             pending.append(rest)
     if pending:
         yield [b"".join(pending)], False
+
+
+def lines_with_ends(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a stream of chunks, each with its newline; a final piece with no
+    newline (a torn fragment) comes last as it is. For readers that must keep the exact
+    bytes (verify's csv records, which may span lines)."""
+    for lines, complete in line_blocks(chunks):
+        if complete:
+            for line in lines:
+                yield line + b"\n"
+        else:
+            yield lines[0]
 
 
 def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:

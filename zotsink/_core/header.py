@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from collections.abc import Sequence
 from typing import Union
 
 from ..errors import UsageError
+from .backoff import STALE_HANDLE, tries
 from .fileio import open_regular
 from .records import Encoder, decode_row
 
@@ -32,17 +32,13 @@ def column_names(columns: Columns) -> list[str] | None:
     return [str(c) for c in columns]
 
 
-#: Tries at a stale NFS/FUSE file handle, 50 ms apart, before giving up.
-_ESTALE_TRIES = 40
-
-
 def existing_header(path: str) -> bytes | None:
     """OUT's first line when OUT exists and is not empty (read without a lock).
 
     Safe without a lock: a header is only ever written into an empty file, so once OUT has a
     first line it no longer changes.
     """
-    for attempt in range(_ESTALE_TRIES):
+    for last in tries(STALE_HANDLE):
         try:
             # A FIFO planted at OUT's name must not hang the start (the writer refuses it at
             # open, saving the records), nor is a device read for a header.
@@ -56,10 +52,9 @@ def existing_header(path: str) -> bytes | None:
             return None
         except OSError as e:
             # OUT replaced through another client of a network filesystem (verify --repair
-            # on another node): this client's cached handle is stale for up to a second.
-            if e.errno != errno.ESTALE or attempt == _ESTALE_TRIES - 1:
+            # on another node): this client's cached handle is stale until its cache lets go.
+            if e.errno != errno.ESTALE or last:
                 raise
-            time.sleep(0.05)
     return line if line.endswith(b"\n") else None
 
 

@@ -7,11 +7,12 @@
              on this host is broken at once, a foreign one after a lease) for mounts where
              kernel locks do not work at all.
 
-Each kind makes non-blocking attempts only; the waiting lives in :mod:`zotsink.backoff`.
+Each kind makes non-blocking attempts only; the waiting lives in
+:mod:`zotsink._core.backoff`.
 
 The lock calls come from ``fcntl`` directly rather than portalocker: importing portalocker
-costs about 40 ms here (most of it package metadata), two thirds of the whole budget of a
-one-record CLI run, and it would add nothing but a wrapper around the same two calls.
+costs much of a one-record CLI run's start (most of it package metadata; see
+BENCHMARKS.md), and it would add nothing but a wrapper around the same two calls.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import contextlib
 import errno
 import fcntl
 import os
-import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ..errors import LockError, LockTimeout, UsageError, WriteError, ZotsinkWarning
-from .backoff import retry_until
+from .backoff import STALE_HANDLE, pause, retry_until
 
 __all__ = [
     "LOCK_KINDS",
@@ -103,7 +103,7 @@ class FlockLock:
 
     def try_acquire(self, shared: bool = False) -> bool:
         # flock called here, not through _attempt: the writer's steady state takes this
-        # path once per record, and a call less is 5 % of append_record
+        # path once per record, and a call less shows in append_record's rate
         try:
             fcntl.flock(self.fd, _SH_NB if shared else _EX_NB)
         except OSError as e:
@@ -145,7 +145,7 @@ class LockfileLock:
     kind = "lockfile"
 
     def __init__(self, path: str, lease: float = LOCKFILE_LEASE) -> None:
-        import filelock  # only this kind needs it; its import costs ~30 ms
+        import filelock  # only this kind needs it, and its import slows every start
 
         with warnings.catch_warnings():
             # The lease is deliberate: zotsink holds the lock for milliseconds, so a marker
@@ -292,6 +292,7 @@ def open_locked(
     :data:`MAX_REOPENS` times) and the ``OSError`` of a failing ``stat``.
     """
     waited = 0.0
+    stale = 0  # stale handles met so far
     for _ in range(MAX_REOPENS):
         if held is None:
             fd = opener()
@@ -307,7 +308,7 @@ def open_locked(
         except BaseException:
             os.close(fd)
             raise
-        stale = False
+        was_stale = False
         try:
             named = os.stat(path)
             if named.st_ino == held[2] and named.st_dev == held[1]:
@@ -320,14 +321,15 @@ def open_locked(
             if e.errno != errno.ESTALE:
                 _drop(locker, fd)
                 raise
-            stale = True
+            was_stale = True
         except BaseException:
             _drop(locker, fd)
             raise
         _drop(locker, fd)
         held = None
-        if stale:
-            time.sleep(0.02)  # the client's cache needs a moment to let go
+        if was_stale:  # the client's cache needs a moment to let go of the old handle
+            pause(STALE_HANDLE, stale)
+            stale += 1
     raise WriteError(
         f"{path} was replaced {MAX_REOPENS} times while zotsink tried to lock it",
         path=path,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Union
 
 from ..errors import RecordError, UsageError
+from .fileio import line_blocks
 from .stamp import DEFAULT_STAMP, STAMP_FIELDS, parse_stamp, stamp_values, utc_now
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "encode_row",
     "escape_tsv",
     "format_for",
+    "header_fault",
+    "line_fault",
     "lines_ok",
     "parse_stamp",
     "stamp_values",
@@ -105,7 +108,7 @@ def encode_row(values: Iterable[Any], fmt: str) -> str:
     if fmt == "csv":
         return _csv_line(texts)
     # Join first and escape only when needed: one C-speed scan of the line instead of a call
-    # per value (4-value row: 1.0 -> 0.45 µs). A tab inside a value shows as one tab too many.
+    # per value. A tab inside a value shows as one tab too many.
     line = "\t".join(texts)
     if "\\" in line or "\n" in line or "\r" in line or line.count("\t") != len(texts) - 1:
         return "\t".join([escape_tsv(t) for t in texts])
@@ -173,13 +176,52 @@ def decode_row(line: str, fmt: str) -> list[str]:
 # rule as one C-speed scan over a block of lines or one str, for the hot paths.
 
 
-def check_line(line: bytes) -> str | None:
-    """Why a raw record line (without newline) is refused, or None when it is fine."""
+def line_fault(
+    line: bytes, fmt: str = "lines", width: int | None = None, fields: int | None = None
+) -> tuple[str, str] | None:
+    """The one valid-line rule: why a record (without its final newline) is refused, as
+    ``(kind, reason)``, or None when it is fine. ``append`` refuses and ``verify`` reports
+    exactly these.
+
+    Kinds: ``nul`` (a NUL byte), ``long`` (over :data:`MAX_LINE` bytes), ``malformed`` (a
+    csv line that is not exactly one record), ``fields`` (a field count other than
+    ``width``, the header's). ``fields``: the record's field count when the caller has
+    parsed it already (a csv record that spans lines); else it is counted here.
+    """
     if b"\0" in line:
-        return "NUL byte"
+        return ("nul", "NUL byte")
     if len(line) > MAX_LINE:
-        return f"line of {len(line)} bytes is over the {MAX_LINE}-byte limit"
+        return ("long", f"line of {len(line)} bytes is over the {MAX_LINE}-byte limit")
+    if fields is None and (fmt == "csv" or (width is not None and fmt == "tsv")):
+        if fmt == "tsv":
+            fields = line.count(b"\t") + 1
+        else:
+            try:
+                fields = len(decode_row(line.decode("utf-8", "surrogateescape"), "csv"))
+            except Exception as e:  # csv.Error or RecordError: an open quote, a bare CR
+                return ("malformed", f"malformed csv line ({e})")
+    if width is not None and fields is not None and fmt != "lines" and fields != width:
+        return ("fields", f"{fields} fields where the header has {width}")
     return None
+
+
+def check_line(line: bytes) -> str | None:
+    """Why a raw record line (without newline) is refused whatever the format, or None:
+    :func:`line_fault`'s NUL and length rules."""
+    why = line_fault(line)
+    return None if why is None else why[1]
+
+
+def header_fault(names: Sequence[str]) -> int:
+    """The one header rule: the index of the first column that has no name or repeats an
+    earlier one's, or -1 when every column has a name of its own. ``Encoder`` and
+    ``verify`` each word the fault for their reader."""
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if not name or name in seen:
+            return i
+        seen.add(name)
+    return -1
 
 
 #: translate() tables that delete every byte but a separator and the newline.
@@ -192,7 +234,7 @@ def uniform_fields(
     """The number of lines in ``src[at:end]`` (whole lines) when each has exactly ``k``
     fields split by ``sep``, else -1. One C-speed pass: deleting every byte but separators
     and newlines leaves exactly ``sep * (k - 1) + newline`` once per line in a good block."""
-    # bytes.translate: about a third faster than bytearray's on the same bytes, copy included
+    # bytes.translate: faster than bytearray's on the same bytes, copy included
     piece = src[at:end] if isinstance(src, bytes) else bytes(memoryview(src)[at:end])
     marks = piece.translate(None, _ONLY[sep])
     n = len(marks) // k
@@ -202,12 +244,12 @@ def uniform_fields(
 
 
 def count_newlines(src: bytes | bytearray | memoryview, at: int = 0, end: int | None = None) -> int:
-    """``src[at:end].count(b"\n")``, three times faster for lines of 80 bytes.
+    """``src[at:end].count(b"\n")``, faster unless the lines are short.
 
-    ``count`` tests every byte in a plain loop (0.5 ns a byte here, as long as ``cat`` takes
-    to copy it); deleting the newlines with ``replace`` finds each with ``memchr`` and copies
-    the runs between them: 0.43 ns a byte for 32-byte lines, 0.17 for 88, but 1.5 for 8. A
-    sample of the first 4 KiB picks the method; both give the same count."""
+    ``count`` tests every byte in a plain loop (as long as ``cat`` takes to copy them);
+    deleting the newlines with ``replace`` finds each with ``memchr`` and copies the runs
+    between them, which wins for all but very short lines (BENCHMARKS.md has the figures).
+    A sample of the first 4 KiB picks the method; both give the same count."""
     if isinstance(src, memoryview):  # no count() of its own
         src, at, end = bytes(src[at:end]), 0, None
     end = len(src) if end is None else end
@@ -226,7 +268,7 @@ def lines_ok(block: bytes, lines: list[bytes] | None = None, tabs: int = -1) -> 
         return False
     if len(block) > MAX_LINE:
         if lines is None:
-            lines = block.split(b"\n")
+            lines = [line for part, _ in line_blocks((block,)) for line in part]
         if max(map(len, lines), default=0) > MAX_LINE:
             return False
     if tabs >= 0:
@@ -274,11 +316,11 @@ class Encoder:
 
     def set_columns(self, columns: Sequence[str]) -> None:
         cols = tuple(columns)
-        if not cols or any(not c for c in cols):
+        bad = header_fault(cols) if cols else 0
+        if bad >= 0 and (not cols or not cols[bad]):
             raise UsageError(f"column names must not be empty: {','.join(cols)!r}")
-        if len(set(cols)) != len(cols):
-            dup = next(c for c in cols if cols.count(c) > 1)
-            raise UsageError(f"column {dup!r} is named twice in {','.join(cols)!r}")
+        if bad >= 0:
+            raise UsageError(f"column {cols[bad]!r} is named twice in {','.join(cols)!r}")
         clash = set(cols) & set(self.stamp)
         if clash:
             raise UsageError(f"column {sorted(clash)[0]!r} is also a --stamp field")
@@ -310,27 +352,16 @@ class Encoder:
         sep = "," if self.fmt == "csv" else "\t"
         return (encode_row(self.stamp_row(now), self.fmt) + sep).encode("utf-8", "surrogateescape")
 
-    def field_count(self, line: bytes) -> int:
-        if self.fmt == "csv":
-            return len(decode_row(line.decode("utf-8", "surrogateescape"), "csv"))
-        return line.count(b"\t") + 1
-
     def check_raw(self, line: bytes) -> str | None:
-        """Why a pre-formatted line (without newline) is refused, or None.
+        """Why a pre-formatted line (without newline) is refused, or None: :func:`line_fault`
+        with this OUT's format and header.
 
         In csv every line must parse as exactly one record (with a header: of its width):
         a line with a quote left open would make csv readers swallow every record that
         other writers append after it.
         """
-        why = check_line(line)
-        if why is None and (self.fmt == "csv" or (self.columns is not None and self.fmt == "tsv")):
-            try:
-                n = self.field_count(line)
-            except Exception as e:  # csv.Error or RecordError: an open quote, a bare CR
-                return f"malformed csv line ({e})"
-            if self.columns is not None and n != len(self.columns):
-                why = f"{n} fields where the header has {len(self.columns)}"
-        return why
+        why = line_fault(line, self.fmt, None if self.columns is None else len(self.columns))
+        return None if why is None else why[1]
 
     def encode(self, record: Record, now: str | None = None) -> bytes:
         """One record as a bytes line ending in a newline; RecordError when refused."""
@@ -353,8 +384,8 @@ class Encoder:
             return self.stamp_prefix(now) + raw + b"\n" if self.stamp else raw + b"\n"
         tp = type(record)
         if tp is list or tp is tuple:
-            # Before the ABCs: isinstance against Mapping and Sequence costs about 0.3 µs,
-            # a third of encoding a short row.
+            # Before the ABCs: isinstance against Mapping and Sequence costs a good part of
+            # encoding a short row.
             values = list(record) if self.stamp else record
             if self.columns is not None and len(values) != len(self.columns):
                 raise RecordError(

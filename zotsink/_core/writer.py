@@ -15,12 +15,12 @@ import contextlib
 import errno
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
+from .backoff import HEADER_SETTLE, tries
 from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
@@ -47,24 +47,16 @@ _OPEN_ADVICE: Final = {
 }
 
 
-#: Seconds a writer waits, under the lock, for its client to show OUT's first line when
-#: the file is known to be longer than what a read returns (see :func:`seen_first_line`).
-HEADER_SETTLE: Final = 5.0
-
-
 def seen_first_line(fd: int, size: int, limit: int = 1 << 20) -> bytes:
     """:func:`first_line` once this client can see it. A network client (GlusterFS) that
     read OUT before another node wrote its header may answer a read from what it cached for
-    about a second after it learned the new size: a short read then is not another header.
-    Read again after pauses, up to :data:`HEADER_SETTLE` seconds; what is seen then is the
-    answer (and a still-short line is refused as a mismatch, as before)."""
-    found = first_line(fd, limit)
-    pause, waited = 0.01, 0.0
-    while not found.endswith(b"\n") and len(found) < min(size, limit) and waited < HEADER_SETTLE:
-        time.sleep(pause)
-        waited += pause
-        pause = min(pause * 2, 0.25)
+    a while after it learned the new size: a short read then is not another header.
+    Read again after pauses, within :data:`.backoff.HEADER_SETTLE`'s budget; what is seen
+    then is the answer (and a still-short line is refused as a mismatch, as before)."""
+    for _last in tries(HEADER_SETTLE):
         found = first_line(fd, limit)
+        if found.endswith(b"\n") or len(found) >= min(size, limit):
+            break
     return found
 
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
+from .._core.backoff import STALE_HANDLE, tries
 from .._core.fileio import open_created, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
@@ -286,7 +287,9 @@ def _append_locked(
         idx_fd = _open_index(path, mode)
         try:
             try:
-                for attempt in range(3):
+                for last in tries(STALE_HANDLE):
+                    if idx_fd < 0:  # after the pause: the client's cache has let go
+                        idx_fd = _open_index(path, mode)
                     try:
                         settled = settle(
                             fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync, coherent=remote
@@ -294,14 +297,12 @@ def _append_locked(
                         break
                     except OSError as e:
                         # another client replaced the index (a rebuild): follow its name
-                        if e.errno != errno.ESTALE or attempt == 2:
+                        if e.errno != errno.ESTALE or last:
                             raise
                         with contextlib.suppress(OSError):
                             os.close(idx_fd)
                         idx_fd = -1
                         cache.__init__()  # type: ignore[misc]
-                        time.sleep(0.02)  # the client's cache needs a moment to let go
-                        idx_fd = _open_index(path, mode)
             except TarDamage as e:
                 raise WriteError(
                     f"{path} is damaged at {e} and zotsink cuts only the torn tail of a killed "

@@ -2,9 +2,10 @@
 
 Columns: ``offset`` (where the member's first header starts), ``size`` (its data bytes),
 ``name``, ``sha256`` (of its data), ``time`` (UTC, when it was appended), ``host``, ``job``,
-``task``. The first line names them. Fields are escaped as in tsv records (``\\\\``, ``\\t``,
-``\\n``, ``\\r``). A row is appended under the archive's lock only after the member's data
-was written (and fsynced, per the sync policy), so a row means the member is whole.
+``task``. The first line names them. Fields are escaped by tsv records' own escape
+(:func:`zotsink._core.records.escape_tsv`: ``\\\\``, ``\\t``, ``\\n``, ``\\r``). A row is
+appended under the archive's lock only after the member's data was written (and fsynced,
+per the sync policy), so a row means the member is whole.
 
 The index is an accelerator, never the only truth: every field but the provenance is in
 the archive's own headers, and pack also records sha256 and provenance in each member's
@@ -17,8 +18,9 @@ import os
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._core.fileio import file_kind, fresh_stat, open_regular
+from .._core.fileio import file_kind, fresh_stat, line_blocks, open_regular
 from .._core.outcheck import PACK_INDEX_HEADER
+from .._core.records import escape_tsv, unescape_tsv
 
 __all__ = [
     "COLUMNS",
@@ -34,8 +36,6 @@ __all__ = [
 #: The first line, defined in _core: record writers look for it to refuse an archive as OUT.
 HEADER: Final = PACK_INDEX_HEADER
 COLUMNS: Final = tuple(HEADER.decode().rstrip("\n").split("\t"))
-_ESCAPES: Final = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-_UNESCAPES: Final = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
 
 def index_path(archive: str) -> str:
@@ -62,25 +62,10 @@ class Row(NamedTuple):
     task: str = ""
 
 
-def _escape(value: str) -> str:
-    if not any(c in value for c in _ESCAPES):
-        return value
-    return "".join(_ESCAPES.get(c, c) for c in value)
-
-
-def _unescape(value: str) -> str:
-    if "\\" not in value:
-        return value
-    out: list[str] = []
-    it = iter(value)
-    for c in it:
-        out.append(_UNESCAPES.get(next(it, ""), "\\") if c == "\\" else c)
-    return "".join(out)
-
-
 def format_rows(rows: Iterable[Row]) -> bytes:
     return "".join(
-        "\t".join((str(r.offset), str(r.size), *(_escape(v) for v in r[2:]))) + "\n" for r in rows
+        "\t".join((str(r.offset), str(r.size), *(escape_tsv(v) for v in r[2:]))) + "\n"
+        for r in rows
     ).encode("utf-8", "surrogateescape")
 
 
@@ -92,7 +77,7 @@ def parse_row(line: bytes) -> Row:
     offset, size = int(fields[0]), int(fields[1])
     if offset < 0 or size < 0 or offset % 512:
         raise ValueError("offset or size out of range")
-    return Row(offset, size, *(_unescape(f) for f in fields[2:]))
+    return Row(offset, size, *(unescape_tsv(f) for f in fields[2:]))
 
 
 def parse_index(data: bytes, start: int = 0) -> tuple[list[Row], list[str], int]:
@@ -103,23 +88,24 @@ def parse_index(data: bytes, start: int = 0) -> tuple[list[Row], list[str], int]
     """
     rows: list[Row] = []
     problems: list[str] = []
-    pos = 0
-    complete = data.rfind(b"\n") + 1
-    for line in data[:complete].split(b"\n")[:-1]:
-        at = start + pos
-        pos += len(line) + 1
-        if at == 0 and line + b"\n" == HEADER:
-            continue
-        try:
-            rows.append(parse_row(line))
-        except ValueError as e:
-            problems.append(f"index line at byte {at}: not a row ({e})")
-    if complete < len(data):
-        problems.append(
-            f"index ends in a torn row at byte {start + complete} "
-            f"({len(data) - complete} bytes without a newline)"
-        )
-    return rows, problems, start + complete
+    pos = 0  # bytes of whole lines so far
+    for lines, complete in line_blocks((data,)):
+        if not complete:
+            problems.append(
+                f"index ends in a torn row at byte {start + pos} "
+                f"({len(lines[0])} bytes without a newline)"
+            )
+            break
+        for line in lines:
+            at = start + pos
+            pos += len(line) + 1
+            if at == 0 and line + b"\n" == HEADER:
+                continue
+            try:
+                rows.append(parse_row(line))
+            except ValueError as e:
+                problems.append(f"index line at byte {at}: not a row ({e})")
+    return rows, problems, start + pos
 
 
 class IndexCache:
@@ -142,7 +128,7 @@ class IndexCache:
     def refresh(self, fd: int, coherent: bool = False) -> int:
         """Read what was added to the index open as ``fd``; its size in bytes.
 
-        ``coherent``: ask the server for the size (see :func:`.locked.fresh_stat`).
+        ``coherent``: ask the server for the size (see :func:`zotsink._core.fileio.fresh_stat`).
         """
         dev, ino, size = fresh_stat(fd, coherent)
         ident = (dev, ino)
