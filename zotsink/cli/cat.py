@@ -30,16 +30,16 @@ def cat_cmd(
     For an archive of `zotsink pack`: `zotsink cat ARCHIVE.tar NAME` prints one member
     (found through the index, no scan); `--list` lists the members.
     """
-    from .._read import iter_snapshot, snapshot
+    from .. import iter_snapshot, snapshot
 
     if dest is not None:
-        from .._collect.export import export
+        from .. import export
 
         n = run_api(lambda: export(out, dest, lock=lock, timeout=timeout))
         say(f"wrote {n} rows to {dest}")
         return
     if member is not None or listing:
-        from .._pack.members import format_listing, list_members, read_member
+        from .. import format_listing, list_members, read_member
 
         data = run_api(
             lambda: format_listing(list_members(out)) if listing else read_member(out, member)

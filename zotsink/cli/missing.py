@@ -91,7 +91,7 @@ def missing_cmd(
         raise click.UsageError("Missing argument 'OUT' (or give --ledger PATH).")
     if key is None:
         raise click.UsageError("Missing option '-k' / '--key'.")
-    from .._check.missing import array_spec, missing_lines
+    from .. import array_spec, missing_lines
 
     set_verbosity(verbose, False)
     opts = dict(match=match, format=fmt, lock=lock, timeout=timeout)
@@ -128,7 +128,7 @@ def _from_ledger(
     as_array: bool,
     lock: str,
 ) -> None:
-    from .._run.status import resubmit_specs, tasks_in
+    from .. import resubmit_specs, tasks_in
 
     if as_array:
         specs = run_api(

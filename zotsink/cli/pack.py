@@ -87,7 +87,7 @@ def pack_cmd(
     appended), 2 usage, 74 I/O error and 75 lock timeout (members saved to a spill
     tar: run `zotsink recover ARCHIVE`).
     """
-    from .._pack.files import pack_files
+    from .. import pack_files
 
     set_verbosity(verbose, quiet)
     rows = run_api(

@@ -44,7 +44,7 @@ def status_cmd(
     run process is gone), never (no row).
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
-    from .._run.status import task_status
+    from .. import task_status
 
     if (out is None) == (ledger is None):
         raise click.UsageError("give OUT or --ledger PATH (one of them)")
@@ -61,7 +61,7 @@ def status_cmd(
 
 
 def _bar(report: object, width: int = 30) -> str:
-    from .._run.status import StatusReport
+    from .. import StatusReport
 
     assert isinstance(report, StatusReport)
     c = report.counts
@@ -81,7 +81,7 @@ def _watch(
     tasks: str, path: str, slowest: int, lock: str, timeout: float, interval: float, report: object
 ) -> object:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
-    from .._run.status import StatusReport, task_status
+    from .. import StatusReport, task_status
 
     tty = sys.stderr.isatty()
     try:
