@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ._common import CONTEXT, lock_options, run_api, say, stdout_closed
+from ._common import CONTEXT, read_lock_options, run_api, say, stdout_closed
 
 
 @click.command("cat", context_settings=CONTEXT)
@@ -18,9 +18,9 @@ from ._common import CONTEXT, lock_options, run_api, say, stdout_closed
     "--output",
     "dest",
     type=click.Path(dir_okay=False),
-    help="Write the snapshot as DEST.jsonl or DEST.parquet (typed columns) instead.",
+    help="Write the snapshot to FILE instead: a .jsonl or .parquet (typed columns) FILE.",
 )
-@lock_options
+@read_lock_options
 def cat_cmd(
     out: str, member: str | None, listing: bool, dest: str | None, lock: str, timeout: float
 ) -> None:

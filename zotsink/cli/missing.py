@@ -8,14 +8,21 @@ import click
 
 from ._common import (
     CONTEXT,
+    complete_list,
     format_option,
-    lock_options,
+    read_lock_options,
     run_api,
     say,
     set_verbosity,
     stdout_closed,
     verbose_option,
 )
+
+
+def _states() -> tuple[str, ...]:
+    from .._run.ledger import STATES  # a constant, read only when the shell completes
+
+    return STATES
 
 
 @click.command("missing", context_settings=CONTEXT)
@@ -41,17 +48,26 @@ from ._common import (
     help="Print the missing line numbers as a Slurm --array spec (3,7-9,15).",
 )
 @click.option("--ledger", type=click.Path(), help="Read task states from a `zotsink run` ledger.")
-@click.option("--state", "states", metavar="S,...", help="With --ledger: the states [not ok].")
+@click.option(
+    "--state",
+    "states",
+    metavar="S,...",
+    shell_complete=complete_list(_states),
+    help="With --ledger: the states [not ok].",
+)
 @click.option("--chunk", type=click.IntRange(1), default=1, help="With --ledger: tasks per index.")
 @click.option("--base", type=int, default=1, help="With --ledger: the index of the first chunk.")
 @click.option(
     "--max-array",
     type=click.IntRange(1),
     metavar="N",
-    help="With --ledger: MaxArraySize; longer specs are split, each line 'SPEC BASE'.",
+    help="With --ledger: the site's MaxArraySize. Specs are split so that every index stays "
+    "below it, one 'SPEC BASE' line each: submit --array=SPEC with `zotsink run --base BASE` "
+    "in the job. Index I runs chunk I-BASE+1: later lines reuse the low indices, so their "
+    "BASE is 0 or negative, and right.",
 )
 @format_option
-@lock_options
+@read_lock_options
 @verbose_option
 def missing_cmd(
     inputs: str,
@@ -90,7 +106,7 @@ def missing_cmd(
     if out is None:
         raise click.UsageError("Missing argument 'OUT' (or give --ledger PATH).")
     if key is None:
-        raise click.UsageError("Missing option '-k' / '--key'.")
+        raise click.UsageError(_no_key(inputs, out, as_array))
     from .. import array_spec, missing_lines
 
     set_verbosity(verbose, False)
@@ -116,6 +132,24 @@ def missing_cmd(
     except BrokenPipeError:
         stdout_closed()
     say(f"{count} tasks of {inputs} have no record in {out}", level=1)
+
+
+def _no_key(inputs: str, out: str, as_array: bool) -> str:
+    """Say how to go on when OUT came without --key, and whether OUT is a ledger."""
+    import shlex
+
+    ledger = f"zotsink missing {shlex.quote(inputs)} --ledger {shlex.quote(out)}"
+    ledger += " --array" if as_array else ""
+    if out.endswith(".ledger"):
+        return (
+            f"{out} looks like the ledger of `zotsink run`: give it with --ledger instead "
+            f"of OUT ({ledger}); OUT and --key COL are for a file of records"
+        )
+    return (
+        "Missing option '-k' / '--key': OUT's column holding the task line (a header name "
+        f"or a 1-based number). If {out} is the ledger of `zotsink run`, give it with "
+        f"--ledger instead: {ledger}"
+    )
 
 
 def _from_ledger(

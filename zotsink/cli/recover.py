@@ -6,13 +6,13 @@ import sys
 
 import click
 
-from ._common import CONTEXT, lock_options, quiet_option, run_api, say, set_verbosity
+from ._common import CONTEXT, quiet_option, read_lock_options, run_api, say, set_verbosity
 
 
 @click.command("recover", context_settings=CONTEXT)
 @click.argument("out", type=click.Path())
 @click.argument("spills", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@lock_options
+@read_lock_options
 @click.option("--force", is_flag=True, help="Also take spill files of writers still running.")
 @quiet_option
 def recover_cmd(

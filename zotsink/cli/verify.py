@@ -10,8 +10,8 @@ from ._common import (
     CONTEXT,
     format_option,
     json_option,
-    lock_options,
     print_json,
+    read_lock_options,
     run_api,
     say,
     set_verbosity,
@@ -33,7 +33,7 @@ from ._common import (
     metavar="N",
     help="Problems listed per kind on stderr.",
 )
-@lock_options
+@read_lock_options
 @click.option("-q", "--quiet", is_flag=True, help="No report on stderr, only the exit code.")
 def verify_cmd(
     out: str,
