@@ -294,3 +294,12 @@ def test_tasks_in_and_resubmit_specs_give_what_missing_gives(
     want = [("2", 1), ("2", -1), ("1", -3)]
     assert zotsink_api.resubmit_specs(tasks, ledger, max_array=3) == want
     assert zotsink_api.resubmit_specs(tasks, ledger) == [("2,4-5", 1)]
+
+
+def test_ledger_readers_take_a_timeout(ran: tuple[Path, Path]) -> None:
+    tasks, ledger = ran
+    with open(ledger, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        for read in (zotsink_api.tasks_in, zotsink_api.resubmit_specs, zotsink_api.task_status):
+            with pytest.raises(LockTimeout, match=r"after 0\.1 s"):
+                read(tasks, ledger, timeout=0.1)

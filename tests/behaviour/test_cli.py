@@ -314,7 +314,7 @@ def test_status_with_one_file_says_how_it_was_taken(tmp_path: Path) -> None:
     assert run("status", "tasks.txt", "results.tsv", cwd=tmp_path).returncode == 0
     r = run("status", "tasks.txt", cwd=tmp_path)
     assert r.returncode == 2
-    assert b"tasks.txt was taken as TASKS, the task list; say where its ledger is" in r.stderr
+    assert b"tasks.txt was taken as TASKS, the task list; give OUT or --ledger PATH too" in r.stderr
     r = run("status", "tasks.txt", "results.tsv", "--ledger", "x", cwd=tmp_path)
     assert r.returncode == 2 and b"not both" in r.stderr
 
@@ -341,3 +341,22 @@ def test_max_array_bases_are_explained_and_the_example_is_true(tmp_path: Path) -
     )
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out.txt").read_text() == "t115\n"
+
+
+@pytest.mark.parametrize("array", [[], ["--array"]], ids=["lines", "array"])
+def test_missing_from_a_ledger_keeps_to_its_timeout(tmp_path: Path, array: list[str]) -> None:
+    import fcntl
+
+    (tmp_path / "tasks.txt").write_text("t1\nt2\n")
+    _ledger(tmp_path / "l", 2, {2})
+    with open(tmp_path / "l", "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # a run appending to the ledger, for ever
+        r = subprocess.run(
+            [*ZOTSINK, "missing", "tasks.txt", "--ledger", "l", *array, "--timeout", "0.2"],
+            capture_output=True,
+            cwd=tmp_path,
+            timeout=30,  # the default wait is 600 s: a run that ignores --timeout fails here
+        )
+    assert r.returncode == 75, r.stderr
+    assert b"the lock was still held by another writer after 0.2 s" in r.stderr
+    assert r.stdout == b""

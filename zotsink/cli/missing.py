@@ -101,7 +101,7 @@ def missing_cmd(
     if ledger is not None:
         if out is not None or key is not None:
             raise click.UsageError("--ledger replaces OUT and --key: give either, not both")
-        _from_ledger(inputs, ledger, states, chunk, base, max_array, as_array, lock)
+        _from_ledger(inputs, ledger, states, chunk, base, max_array, as_array, lock, timeout)
         return
     if out is None:
         raise click.UsageError("Missing argument 'OUT' (or give --ledger PATH).")
@@ -161,6 +161,7 @@ def _from_ledger(
     max_array: int | None,
     as_array: bool,
     lock: str,
+    timeout: float,
 ) -> None:
     from .. import resubmit_specs, tasks_in
 
@@ -174,12 +175,16 @@ def _from_ledger(
                 base=base,
                 max_array=max_array,
                 lock=lock,
+                timeout=timeout,
             )
         )
         lines = [f"{spec} {b}" if max_array is not None else spec for spec, b in specs]
     else:
         lines = [
-            t.line for t in run_api(lambda: tasks_in(inputs, ledger, states=states, lock=lock))
+            t.line
+            for t in run_api(
+                lambda: tasks_in(inputs, ledger, states=states, lock=lock, timeout=timeout)
+            )
         ]
     try:
         for line in lines:

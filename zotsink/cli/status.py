@@ -74,7 +74,7 @@ def _no_ledger(tasks: str) -> str:
             f"beside it ({tasks}.ledger): give the task list first, `zotsink status TASKS {q}`"
         )
     return (
-        f"{tasks} was taken as TASKS, the task list; say where its ledger is too: "
+        f"{tasks} was taken as TASKS, the task list; give OUT or --ledger PATH too: "
         f"`zotsink status {q} OUT` reads OUT.ledger, or `zotsink status {q} --ledger PATH`"
     )
 
