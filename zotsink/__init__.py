@@ -26,12 +26,21 @@ _LAZY = {
     "Outcome": "zotsink._core.outlet",
     "append_member": "zotsink._pack.append",
     "append_members": "zotsink._pack.append",
+    "pack_files": "zotsink._pack.files",
     # reading
     "read_records": "zotsink._read",
     "snapshot": "zotsink._read",
+    "iter_snapshot": "zotsink._read",
+    "is_pack_archive": "zotsink._pack.index",
+    "MemberRow": "zotsink._pack.index",
+    "list_members": "zotsink._pack.members",
+    "read_member": "zotsink._pack.members",
+    "format_listing": "zotsink._pack.members",
     # side files
     "recover": "zotsink._recover",
     "RecoverReport": "zotsink._recover",
+    "recover_archive": "zotsink._pack.recover",
+    "ArchiveRecoverReport": "zotsink._pack.recover",
     # checks
     "verify": "zotsink._check.verify",
     "repair": "zotsink._check.verify",
@@ -40,11 +49,17 @@ _LAZY = {
     "missing": "zotsink._check.missing",
     "missing_lines": "zotsink._check.missing",
     "array_spec": "zotsink._check.missing",
+    "verify_archive": "zotsink._pack.verify",
+    "ArchiveReport": "zotsink._pack.verify",
     # run and its ledger
     "run_tasks": "zotsink._run.runner",
     "RunReport": "zotsink._run.runner",
     "task_states": "zotsink._run.runner",
     "TaskState": "zotsink._run.ledger",
+    "task_status": "zotsink._run.status",
+    "StatusReport": "zotsink._run.status",
+    "tasks_in": "zotsink._run.status",
+    "resubmit_specs": "zotsink._run.status",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -92,10 +107,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
     from ._pack.append import append_member, append_members
-    from ._read import read_records, snapshot
+    from ._pack.files import pack_files
+    from ._pack.index import MemberRow, is_pack_archive
+    from ._pack.members import format_listing, list_members, read_member
+    from ._pack.recover import ArchiveRecoverReport, recover_archive
+    from ._pack.verify import ArchiveReport, verify_archive
+    from ._read import iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.ledger import TaskState
     from ._run.runner import RunReport, run_tasks, task_states
+    from ._run.status import StatusReport, resubmit_specs, task_status, tasks_in
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

@@ -56,6 +56,18 @@ class RecoverReport(NamedTuple):
     busy: list[str]  # a writer on this host still runs: it may add more
     refused: tuple[tuple[str, str], ...] = ()  # (spill file, why it was not trusted)
 
+    @property
+    def ok(self) -> bool:
+        """Every spill file was folded in: none is left busy or refused."""
+        return not self.busy and not self.refused
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **self._asdict(),
+            "refused": [{"path": p, "why": why} for p, why in self.refused],
+            "ok": self.ok,
+        }
+
 
 class _Skip(Exception):
     """Raised under OUT's lock: this spill file's records are in OUT already."""

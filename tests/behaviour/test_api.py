@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import pickle
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import zotsink
+import zotsink as zotsink_api  # the fixture `zotsink` (the command) shadows the module in tests
 from zotsink import (
     HeaderMismatch,
     LockTimeout,
@@ -139,3 +144,162 @@ def test_lazy_names_stay_functions_after_their_modules_are_imported() -> None:
         "assert isinstance(VerifyReport, type)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- what the CLI can do, Python can: each public function against its command --------------
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+NO_ARRAY = {"SLURM_ARRAY_JOB_ID": None, "SLURM_ARRAY_TASK_ID": None, "SLURM_JOB_ID": None}
+
+
+def _members(archive: Path) -> list[tuple[str, int, str]]:
+    return [(r.name, r.size, r.sha256) for r in zotsink.list_members(archive)]
+
+
+def test_pack_files_packs_what_pack_packs(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "a.bin").write_bytes(bytes(range(256)) * 3)
+    (tmp_path / "b.txt").write_bytes(b"two\n")
+    files = [str(tmp_path / "a.bin"), str(tmp_path / "b.txt")]
+    rows = zotsink_api.pack_files(tmp_path / "api.tar", files, prefix="p")
+    r = zotsink("pack", "cli.tar", *files, "--prefix", "p", env=NO_ARRAY)
+    assert (r.returncode, r.stderr) == (0, b"")
+    assert [(x.name, x.size) for x in rows] == [("p/a.bin", 768), ("p/b.txt", 4)]
+    assert _members(tmp_path / "api.tar") == _members(tmp_path / "cli.tar")
+    assert rows[1].to_dict() == {**rows[1]._asdict(), "name": "p/b.txt", "size": 4}
+    assert isinstance(rows[0], zotsink_api.MemberRow)
+
+
+def test_list_and_read_members_give_the_bytes_of_cat(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "a.bin").write_bytes(b"\0\xff" * 700)
+    assert zotsink("pack", "x.tar", "a.bin", "--prefix", "", env=NO_ARRAY).returncode == 0
+    archive = tmp_path / "x.tar"
+    assert zotsink_api.is_pack_archive(archive) and not zotsink_api.is_pack_archive("o.tsv")
+    listing = zotsink("cat", "x.tar", "--list")
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout == zotsink_api.format_listing(zotsink_api.list_members(archive))
+    assert listing.stdout.count(b"\n") == 2  # the header and one member
+    member = zotsink("cat", "x.tar", "a.bin")
+    assert member.stdout == zotsink_api.read_member(archive, "a.bin") == b"\0\xff" * 700
+
+
+def test_verify_archive_reports_what_verify_reports(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "a.bin").write_bytes(b"data" * 100)
+    assert zotsink("pack", "x.tar", "a.bin", env=NO_ARRAY).returncode == 0
+    archive = tmp_path / "x.tar"
+    with open(archive, "ab") as f:
+        f.write(b"torn" * 50)  # a writer that died mid-member
+    r = zotsink("verify", archive, "--json")
+    assert r.returncode == 1
+    report = zotsink_api.verify_archive(archive)
+    assert isinstance(report, zotsink_api.ArchiveReport)
+    assert not report.ok and (report.members, report.indexed) == (1, 1)
+    assert json.loads(r.stdout) == report.to_dict()
+    fixed = zotsink_api.verify_archive(archive, repair=True)
+    assert fixed.repaired and zotsink("verify", "x.tar").returncode == 0
+    assert archive.stat().st_size == fixed.size
+
+
+def _spill_a_pack(tmp_path: Path, zotsink: Run, name: str) -> None:
+    (tmp_path / "m.txt").write_bytes(b"member\n")
+    archive = tmp_path / name
+    assert zotsink("pack", name, "m.txt", "--prefix", "first", env=NO_ARRAY).returncode == 0
+    with open(archive, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        r = zotsink("pack", name, "m.txt", "--prefix", "late", "--timeout", "0.1", env=NO_ARRAY)
+    assert r.returncode == 75, r.stderr
+    assert len(list(tmp_path.glob(f"{name}.spill.*"))) == 1
+
+
+def test_recover_archive_recovers_what_recover_recovers(tmp_path: Path, zotsink: Run) -> None:
+    _spill_a_pack(tmp_path, zotsink, "api.tar")
+    _spill_a_pack(tmp_path, zotsink, "cli.tar")
+    report = zotsink_api.recover_archive(tmp_path / "api.tar")
+    r = zotsink("recover", "cli.tar")
+    assert r.returncode == 0, r.stderr
+    assert b"recovered 1 members from 1 spill tars" in r.stderr
+    assert isinstance(report, zotsink_api.ArchiveRecoverReport)
+    assert report.to_dict() == {
+        "files": [str(next(iter(report.files)))],
+        "members": 1,
+        "skipped": 0,
+        "left": [],
+        "ok": True,
+    }
+    assert report.files[0].startswith(str(tmp_path / "api.tar.spill."))
+    assert _members(tmp_path / "api.tar") == _members(tmp_path / "cli.tar")
+    assert [n for n, _s, _h in _members(tmp_path / "api.tar")] == ["first/m.txt", "late/m.txt"]
+    assert not list(tmp_path.glob("*.spill.*"))
+
+
+def test_recover_report_has_to_dict(tmp_path: Path, zotsink: Run) -> None:
+    out = tmp_path / "o.txt"
+    out.write_bytes(b"r1\n")
+    with open(out, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        r = zotsink("append", "o.txt", "--timeout", "0.1", input=b"r2\nr3\n")
+    assert r.returncode == 75, r.stderr
+    report = zotsink_api.recover(out)
+    assert out.read_bytes() == b"r1\nr2\nr3\n"
+    d = report.to_dict()
+    assert (d["records"], d["bytes"], d["busy"], d["refused"], d["ok"]) == (2, 6, [], [], True)
+    assert json.loads(json.dumps(d)) == d
+
+
+def test_iter_snapshot_gives_the_bytes_of_cat(tmp_path: Path, zotsink: Run) -> None:
+    out = tmp_path / "o.tsv"
+    out.write_bytes(b"a\tb\n" + b"1\t2\n" * 5000 + b"torn")
+    fd, size = zotsink_api.snapshot(out)
+    data = b"".join(zotsink_api.iter_snapshot(fd, size))
+    assert data == out.read_bytes() == zotsink("cat", "o.tsv").stdout
+
+
+@pytest.fixture
+def ran(tmp_path: Path, zotsink: Run) -> tuple[Path, Path]:
+    """A ledger of `zotsink run`: tasks 2 and 4 failed, 1 and 3 ok, 5 never ran."""
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("echo a\nexit 3\necho c\nexit 4\n")
+    r = zotsink("run", "tasks.txt", "out.txt", "--shell", env=NO_ARRAY)
+    assert r.returncode == 1, r.stderr
+    with open(tasks, "a") as f:
+        f.write("echo e\n")
+    return tasks, tmp_path / "out.txt.ledger"
+
+
+def test_task_status_reports_what_status_reports(ran: tuple[Path, Path], zotsink: Run) -> None:
+    tasks, ledger = ran
+    r = zotsink("status", "tasks.txt", "out.txt", "--json")
+    assert r.returncode == 1, r.stderr
+    report = zotsink_api.task_status(tasks, ledger)
+    assert isinstance(report, zotsink_api.StatusReport)
+    assert (report.total, report.counts["ok"], report.counts["failed"]) == (5, 2, 2)
+    assert report.counts["never"] == 1 and not report.all_ok
+    assert json.loads(r.stdout) == report.to_dict()
+    assert report.to_dict()["not_ok"] == "2,4-5"
+
+
+def test_tasks_in_and_resubmit_specs_give_what_missing_gives(
+    ran: tuple[Path, Path], zotsink: Run
+) -> None:
+    tasks, ledger = ran
+    lines = zotsink("missing", "tasks.txt", "--ledger", ledger)
+    assert lines.stdout.decode().splitlines() == ["exit 3", "exit 4", "echo e"]
+    assert [(t.num, t.line) for t in zotsink_api.tasks_in(tasks, ledger)] == [
+        (2, "exit 3"),
+        (4, "exit 4"),
+        (5, "echo e"),
+    ]
+    assert [t.num for t in zotsink_api.tasks_in(tasks, ledger, states="never")] == [5]
+    spec = zotsink("missing", "tasks.txt", "--ledger", ledger, "--array", "--max-array", "3")
+    assert spec.stdout == b"2 1\n2 -1\n1 -3\n"  # index a under base b runs task a - b + 1
+    want = [("2", 1), ("2", -1), ("1", -3)]
+    assert zotsink_api.resubmit_specs(tasks, ledger, max_array=3) == want
+    assert zotsink_api.resubmit_specs(tasks, ledger) == [("2,4-5", 1)]
+
+
+def test_ledger_readers_take_a_timeout(ran: tuple[Path, Path]) -> None:
+    tasks, ledger = ran
+    with open(ledger, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        for read in (zotsink_api.tasks_in, zotsink_api.resubmit_specs, zotsink_api.task_status):
+            with pytest.raises(LockTimeout, match=r"after 0\.1 s"):
+                read(tasks, ledger, timeout=0.1)

@@ -237,3 +237,126 @@ def test_stamp_into_a_headerless_tsv_is_refused_with_the_way_out(tmp_path: Path)
     r = run("--stamp", "host", str(out), input=b"w\n")
     assert r.returncode == 0, r.stderr
     assert out.read_text() == f"host\tv\n{os.uname().nodename}\tw\n"
+
+
+# -- help that tells the truth ------------------------------------------------------------------
+
+#: Commands that append what they are given, and spill it when OUT cannot take it; recover
+#: takes spill files, so its help names them too.
+WRITERS = {"append", "run", "collect", "pack"}
+TAKES_SPILLS = {"recover"}
+
+
+def _commands() -> list[str]:
+    from zotsink.cli import COMMANDS
+
+    return list(COMMANDS)
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_only_commands_that_write_speak_of_spilling(command: str) -> None:
+    r = run(command, "--help")
+    assert r.returncode == 0, r.stderr
+    text = b" ".join(r.stdout.split()).lower()  # help wraps lines: join them again
+    if command in WRITERS:
+        assert b"spill" in text  # the check can see the word where it belongs
+    elif command not in TAKES_SPILLS:
+        assert b"spill" not in text, text
+    if b"--timeout" in text and command not in WRITERS:
+        assert b"longest wait for the lock (s); then exit 75." in text
+
+
+def test_cat_output_help_names_its_metavar() -> None:
+    r = run("cat", "--help")
+    text = b" ".join(r.stdout.split())
+    assert b"-o, --output FILE Write the snapshot to FILE instead" in text
+    assert b"DEST" not in text
+
+
+def _ledger(path: Path, tasks: int, not_ok: set[int]) -> None:
+    from zotsink._run.ledger import Ledger
+
+    book = Ledger(path, env={})
+    rows = []
+    for n in range(1, tasks + 1):
+        if n not in not_ok:
+            rows += [book.start_row(n, f"t{n}", 1), book.end_row(n, f"t{n}", 1, status="ok")]
+    book.append(rows)
+    book.close()
+
+
+def test_missing_with_a_ledger_in_outs_place_says_to_use_ledger(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("".join(f"t{n}\n" for n in range(1, 6)))
+    _ledger(tmp_path / "results.tsv.ledger", 5, {2, 3})
+    r = run("missing", "tasks.txt", "results.tsv.ledger", "--array", cwd=tmp_path)
+    assert r.returncode == 2 and b"Missing option '-k'" not in r.stderr
+    assert b"results.tsv.ledger looks like the ledger of `zotsink run`" in r.stderr
+    # the command it suggests is the one that works
+    told = r.stderr.decode().split("(zotsink missing ", 1)[1].split(")", 1)[0].split()
+    assert told == ["tasks.txt", "--ledger", "results.tsv.ledger", "--array"]
+    done = run("missing", *told, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, b"2-3\n"), done.stderr
+    # an OUT of another name: the usual message, and the way to a ledger beside it
+    r = run("missing", "tasks.txt", "results.tsv", cwd=tmp_path)
+    assert r.returncode == 2
+    assert b"Missing option '-k' / '--key': OUT's column holding the task line" in r.stderr
+    assert b"zotsink missing tasks.txt --ledger results.tsv" in r.stderr
+
+
+def test_status_with_one_file_says_how_it_was_taken(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("t1\n")
+    _ledger(tmp_path / "results.tsv.ledger", 1, set())
+    r = run("status", "results.tsv", cwd=tmp_path)
+    assert r.returncode == 2
+    err = b" ".join(r.stderr.split())
+    assert b"results.tsv was taken as TASKS, the task list, but it is an OUT" in err
+    assert b"`zotsink status TASKS results.tsv`" in err
+    assert run("status", "tasks.txt", "results.tsv", cwd=tmp_path).returncode == 0
+    r = run("status", "tasks.txt", cwd=tmp_path)
+    assert r.returncode == 2
+    assert b"tasks.txt was taken as TASKS, the task list; give OUT or --ledger PATH too" in r.stderr
+    r = run("status", "tasks.txt", "results.tsv", "--ledger", "x", cwd=tmp_path)
+    assert r.returncode == 2 and b"not both" in r.stderr
+
+
+def test_max_array_bases_are_explained_and_the_example_is_true(tmp_path: Path) -> None:
+    help_text = b" ".join(run("missing", "--help").stdout.split())
+    assert b"Index I runs chunk I-BASE+1" in help_text
+    assert b"BASE is 0 or negative, and right" in help_text
+    # docs/missing.md shows a split with a negative base: its numbers are real
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "missing.md").read_text()
+    assert (
+        "$ zotsink missing tasks.txt --ledger results.tsv.ledger --array --max-array 100\n" in doc
+    )
+    shown = doc.split("--array --max-array 100\n", 1)[1].split("```", 1)[0]
+    assert shown == "3,50 1\n16,39,41,62,85 -98\n"
+    (tmp_path / "tasks.txt").write_text("".join(f"t{n}\n" for n in range(1, 201)))
+    _ledger(tmp_path / "results.tsv.ledger", 200, {3, 50, 115, 138, 140, 161, 184})
+    args = ["--ledger", "results.tsv.ledger", "--array", "--max-array", "100"]
+    r = run("missing", "tasks.txt", *args, cwd=tmp_path)
+    assert r.stdout.decode() == shown, r.stderr
+    # index 16 under base -98 runs task 16 + 98 + 1 = 115, as the text says
+    r = run(
+        "run", "tasks.txt", "out.txt", "--index", "16", "--base", "-98", "--", "echo", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.txt").read_text() == "t115\n"
+
+
+@pytest.mark.parametrize("array", [[], ["--array"]], ids=["lines", "array"])
+def test_missing_from_a_ledger_keeps_to_its_timeout(tmp_path: Path, array: list[str]) -> None:
+    import fcntl
+
+    (tmp_path / "tasks.txt").write_text("t1\nt2\n")
+    _ledger(tmp_path / "l", 2, {2})
+    with open(tmp_path / "l", "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # a run appending to the ledger, for ever
+        r = subprocess.run(
+            [*ZOTSINK, "missing", "tasks.txt", "--ledger", "l", *array, "--timeout", "0.2"],
+            capture_output=True,
+            cwd=tmp_path,
+            timeout=30,  # the default wait is 600 s: a run that ignores --timeout fails here
+        )
+    assert r.returncode == 75, r.stderr
+    assert b"the lock was still held by another writer after 0.2 s" in r.stderr
+    assert r.stdout == b""

@@ -137,3 +137,22 @@ def test_zsh_script_loads_and_answers(cwd: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[:2] == ["plain", "--stamp"]
+
+
+def test_state_values_complete_as_a_comma_list(cwd: Path) -> None:
+    words = ["zotsink", "missing", "tasks.txt", "--ledger", "l", "--state"]
+    assert bash_complete([*words, "fa"], cwd) == ["failed"]
+    assert bash_complete([*words, "failed,ne"], cwd) == ["failed,never"]
+    offered = bash_complete([*words, "ok,"], cwd)
+    assert offered == [
+        "ok,failed", "ok,killed", "ok,timeout", "ok,interrupted", "ok,running", "ok,lost",
+        "ok,never",
+    ]  # fmt: skip
+
+
+def test_stamp_fields_complete_as_a_comma_list(cwd: Path) -> None:
+    words = ["zotsink", "pack", "out.tar", "other.txt", "--stamp"]
+    assert bash_complete([*words, "job,t"], cwd) == ["job,time", "job,task", "job,tasknum"]
+    assert bash_complete([*words, "job,task,ho"], cwd) == ["job,task,host"]
+    assert "attempt" in bash_complete([*words, ""], cwd)
+    assert sorted(fish_complete("zotsink pack out.tar other.txt --stamp ti", cwd)) == ["time"]

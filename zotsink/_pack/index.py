@@ -26,6 +26,7 @@ __all__ = [
     "COLUMNS",
     "HEADER",
     "IndexCache",
+    "MemberRow",
     "Row",
     "format_rows",
     "index_path",
@@ -52,6 +53,8 @@ def is_pack_archive(path: str | os.PathLike[str]) -> bool:
 
 
 class Row(NamedTuple):
+    """One member of a pack archive: its index row."""
+
     offset: int
     size: int
     name: str
@@ -60,6 +63,13 @@ class Row(NamedTuple):
     host: str = ""
     job: str = ""
     task: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return self._asdict()
+
+
+#: The public name of :class:`Row` (``zotsink.MemberRow``); inside the package it stays Row.
+MemberRow = Row
 
 
 def format_rows(rows: Iterable[Row]) -> bytes:

@@ -25,10 +25,20 @@ __all__ = ["ArchiveRecoverReport", "recover_archive"]
 
 
 class ArchiveRecoverReport(NamedTuple):
+    """What :func:`recover_archive` moved into the archive, and the spill tars it left."""
+
     files: list[str]  #: spill tars appended and removed
     members: int  #: members appended
     skipped: int  #: members that were in the archive already
     left: list[str]  #: spill tars kept, each with the reason
+
+    @property
+    def ok(self) -> bool:
+        """Every spill tar was folded in: none is left."""
+        return not self.left
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self._asdict(), "ok": self.ok}
 
 
 def recover_archive(

@@ -140,11 +140,13 @@ def tasks_in(
     *,
     states: Sequence[str] | str | None = None,
     lock: str = "auto",
+    timeout: float = 600.0,
 ) -> list[Task]:
     """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok)."""
     wanted = parse_states(states)
     todo, _ = read_tasks(tasks)
-    found = states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock))
+    rows = read_ledger(ledger, lock=lock, timeout=timeout)
+    found = states_of({t.num: t.line for t in todo}, rows)
     return [t for t in todo if found[t.num].state in wanted]
 
 
@@ -157,6 +159,7 @@ def resubmit_specs(
     base: int = 1,
     max_array: int | None = None,
     lock: str = "auto",
+    timeout: float = 600.0,
 ) -> list[tuple[str, int]]:
     """Array specs (with the base each runs under) whose chunks hold tasks in ``states``.
 
@@ -168,7 +171,6 @@ def resubmit_specs(
         raise UsageError(f"--chunk must be at least 1, not {chunk}")
     if max_array is not None and max_array < 1:
         raise UsageError(f"--max-array must be at least 1, not {max_array}")
-    chunks = sorted(
-        {chunk_of(t.num, chunk, 1) for t in tasks_in(tasks, ledger, states=states, lock=lock)}
-    )
+    found = tasks_in(tasks, ledger, states=states, lock=lock, timeout=timeout)
+    chunks = sorted({chunk_of(t.num, chunk, 1) for t in found})
     return split_spec(chunks, base, max_array)

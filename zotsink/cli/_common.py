@@ -239,6 +239,45 @@ def lock_options(f: F) -> F:
     )(f)
 
 
+def read_lock_options(f: F) -> F:
+    """``--lock`` and ``--timeout`` for commands that spill nothing on a timeout (they read,
+    or like recover leave their input in place): the help must not promise a spill file."""
+    return _stack(
+        click.option(
+            "--lock",
+            type=click.Choice(LOCK_KINDS),
+            default="auto",
+            show_default=True,
+            help="Lock kind.",
+        ),
+        click.option(
+            "--timeout",
+            type=Seconds(MAX_TIMEOUT),
+            default=600.0,
+            show_default=True,
+            help="Longest wait for the lock (s); then exit 75.",
+        ),
+    )(f)
+
+
+def complete_list(
+    choices: Callable[[], tuple[str, ...]],
+) -> Callable[[click.Context, click.Parameter, str], list[str]]:
+    """Shell completion of a comma list (``--stamp job,ta<TAB>`` -> ``job,task`` ...).
+
+    ``choices`` is called only when completing, so a command's start never imports what
+    the list comes from. Values already in the list are not offered again.
+    """
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+        done, _, last = incomplete.rpartition(",")
+        taken = set(done.split(","))
+        head = f"{done}," if done else ""
+        return [head + c for c in choices() if c.startswith(last) and c not in taken]
+
+    return complete
+
+
 def sync_option(f: F) -> F:
     return click.option(
         "--sync",

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ._common import CONTEXT, lock_options, run_api, say, stdout_closed
+from ._common import CONTEXT, read_lock_options, run_api, say, stdout_closed
 
 
 @click.command("cat", context_settings=CONTEXT)
@@ -18,9 +18,9 @@ from ._common import CONTEXT, lock_options, run_api, say, stdout_closed
     "--output",
     "dest",
     type=click.Path(dir_okay=False),
-    help="Write the snapshot as DEST.jsonl or DEST.parquet (typed columns) instead.",
+    help="Write the snapshot to FILE instead: a .jsonl or .parquet (typed columns) FILE.",
 )
-@lock_options
+@read_lock_options
 def cat_cmd(
     out: str, member: str | None, listing: bool, dest: str | None, lock: str, timeout: float
 ) -> None:
@@ -30,16 +30,16 @@ def cat_cmd(
     For an archive of `zotsink pack`: `zotsink cat ARCHIVE.tar NAME` prints one member
     (found through the index, no scan); `--list` lists the members.
     """
-    from .._read import iter_snapshot, snapshot
+    from .. import iter_snapshot, snapshot
 
     if dest is not None:
-        from .._collect.export import export
+        from .. import export
 
         n = run_api(lambda: export(out, dest, lock=lock, timeout=timeout))
         say(f"wrote {n} rows to {dest}")
         return
     if member is not None or listing:
-        from .._pack.members import format_listing, list_members, read_member
+        from .. import format_listing, list_members, read_member
 
         data = run_api(
             lambda: format_listing(list_members(out)) if listing else read_member(out, member)

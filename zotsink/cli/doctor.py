@@ -31,7 +31,7 @@ def doctor_cmd(directory: str, lock: str, as_json: bool, quiet: bool) -> None:
     Exit codes: 0 trusted, 1 not trusted (node-local or unknown locks, no
     working lock, no write permission), 2 usage.
     """
-    from .._doctor.doctor import doctor
+    from .. import doctor
 
     set_verbosity(0, quiet)
     report = run_api(lambda: doctor(directory, lock=lock))

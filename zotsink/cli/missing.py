@@ -8,14 +8,21 @@ import click
 
 from ._common import (
     CONTEXT,
+    complete_list,
     format_option,
-    lock_options,
+    read_lock_options,
     run_api,
     say,
     set_verbosity,
     stdout_closed,
     verbose_option,
 )
+
+
+def _states() -> tuple[str, ...]:
+    from .._run.ledger import STATES  # a constant, read only when the shell completes
+
+    return STATES
 
 
 @click.command("missing", context_settings=CONTEXT)
@@ -41,17 +48,26 @@ from ._common import (
     help="Print the missing line numbers as a Slurm --array spec (3,7-9,15).",
 )
 @click.option("--ledger", type=click.Path(), help="Read task states from a `zotsink run` ledger.")
-@click.option("--state", "states", metavar="S,...", help="With --ledger: the states [not ok].")
+@click.option(
+    "--state",
+    "states",
+    metavar="S,...",
+    shell_complete=complete_list(_states),
+    help="With --ledger: the states [not ok].",
+)
 @click.option("--chunk", type=click.IntRange(1), default=1, help="With --ledger: tasks per index.")
 @click.option("--base", type=int, default=1, help="With --ledger: the index of the first chunk.")
 @click.option(
     "--max-array",
     type=click.IntRange(1),
     metavar="N",
-    help="With --ledger: MaxArraySize; longer specs are split, each line 'SPEC BASE'.",
+    help="With --ledger: the site's MaxArraySize. Specs are split so that every index stays "
+    "below it, one 'SPEC BASE' line each: submit --array=SPEC with `zotsink run --base BASE` "
+    "in the job. Index I runs chunk I-BASE+1: later lines reuse the low indices, so their "
+    "BASE is 0 or negative, and right.",
 )
 @format_option
-@lock_options
+@read_lock_options
 @verbose_option
 def missing_cmd(
     inputs: str,
@@ -85,13 +101,13 @@ def missing_cmd(
     if ledger is not None:
         if out is not None or key is not None:
             raise click.UsageError("--ledger replaces OUT and --key: give either, not both")
-        _from_ledger(inputs, ledger, states, chunk, base, max_array, as_array, lock)
+        _from_ledger(inputs, ledger, states, chunk, base, max_array, as_array, lock, timeout)
         return
     if out is None:
         raise click.UsageError("Missing argument 'OUT' (or give --ledger PATH).")
     if key is None:
-        raise click.UsageError("Missing option '-k' / '--key'.")
-    from .._check.missing import array_spec, missing_lines
+        raise click.UsageError(_no_key(inputs, out, as_array))
+    from .. import array_spec, missing_lines
 
     set_verbosity(verbose, False)
     opts = dict(match=match, format=fmt, lock=lock, timeout=timeout)
@@ -118,6 +134,24 @@ def missing_cmd(
     say(f"{count} tasks of {inputs} have no record in {out}", level=1)
 
 
+def _no_key(inputs: str, out: str, as_array: bool) -> str:
+    """Say how to go on when OUT came without --key, and whether OUT is a ledger."""
+    import shlex
+
+    ledger = f"zotsink missing {shlex.quote(inputs)} --ledger {shlex.quote(out)}"
+    ledger += " --array" if as_array else ""
+    if out.endswith(".ledger"):
+        return (
+            f"{out} looks like the ledger of `zotsink run`: give it with --ledger instead "
+            f"of OUT ({ledger}); OUT and --key COL are for a file of records"
+        )
+    return (
+        "Missing option '-k' / '--key': OUT's column holding the task line (a header name "
+        f"or a 1-based number). If {out} is the ledger of `zotsink run`, give it with "
+        f"--ledger instead: {ledger}"
+    )
+
+
 def _from_ledger(
     inputs: str,
     ledger: str,
@@ -127,8 +161,9 @@ def _from_ledger(
     max_array: int | None,
     as_array: bool,
     lock: str,
+    timeout: float,
 ) -> None:
-    from .._run.status import resubmit_specs, tasks_in
+    from .. import resubmit_specs, tasks_in
 
     if as_array:
         specs = run_api(
@@ -140,12 +175,16 @@ def _from_ledger(
                 base=base,
                 max_array=max_array,
                 lock=lock,
+                timeout=timeout,
             )
         )
         lines = [f"{spec} {b}" if max_array is not None else spec for spec, b in specs]
     else:
         lines = [
-            t.line for t in run_api(lambda: tasks_in(inputs, ledger, states=states, lock=lock))
+            t.line
+            for t in run_api(
+                lambda: tasks_in(inputs, ledger, states=states, lock=lock, timeout=timeout)
+            )
         ]
     try:
         for line in lines:

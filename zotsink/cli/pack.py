@@ -6,6 +6,7 @@ import click
 
 from ._common import (
     CONTEXT,
+    complete_list,
     lock_options,
     quiet_option,
     run_api,
@@ -36,6 +37,12 @@ class _Size(click.ParamType):
         return int(number) * _UNITS[unit]
 
 
+def _stamp_fields() -> tuple[str, ...]:
+    from .._core.stamp import STAMP_FIELDS  # a constant, read only when the shell completes
+
+    return STAMP_FIELDS
+
+
 @click.command("pack", context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(dir_okay=False))
 @click.argument("files", nargs=-1, required=True)
@@ -47,6 +54,7 @@ class _Size(click.ParamType):
 @click.option(
     "--stamp",
     metavar="[FIELDS]",
+    shell_complete=complete_list(_stamp_fields),
     help="Build the default prefix from these of time,host,pid,job,task [default: job,task].",
 )
 @click.option("--replace", is_flag=True, help="Add a member even if its name is taken.")
@@ -87,7 +95,7 @@ def pack_cmd(
     appended), 2 usage, 74 I/O error and 75 lock timeout (members saved to a spill
     tar: run `zotsink recover ARCHIVE`).
     """
-    from .._pack.files import pack_files
+    from .. import pack_files
 
     set_verbosity(verbose, quiet)
     rows = run_api(

@@ -6,13 +6,13 @@ import sys
 
 import click
 
-from ._common import CONTEXT, lock_options, quiet_option, run_api, say, set_verbosity
+from ._common import CONTEXT, quiet_option, read_lock_options, run_api, say, set_verbosity
 
 
 @click.command("recover", context_settings=CONTEXT)
 @click.argument("out", type=click.Path())
 @click.argument("spills", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@lock_options
+@read_lock_options
 @click.option("--force", is_flag=True, help="Also take spill files of writers still running.")
 @quiet_option
 def recover_cmd(
@@ -27,12 +27,11 @@ def recover_cmd(
     file could not be trusted: each is named), 2 usage (a file that is not a
     spill file of OUT), 74 I/O error, 75 lock timeout.
     """
-    from .._pack.index import is_pack_archive
-    from .._recover import recover
+    from .. import is_pack_archive, recover
 
     set_verbosity(0, quiet)
     if is_pack_archive(out):  # spill tars of `zotsink pack`: whole members, not lines
-        from .._pack.recover import recover_archive
+        from .. import recover_archive
 
         arep = run_api(
             lambda: recover_archive(out, list(spills) or None, lock=lock, timeout=timeout)
@@ -43,7 +42,7 @@ def recover_cmd(
             f"recovered {arep.members} members from {len(arep.files)} spill tars into {out}"
             + (f" ({arep.skipped} were in it already)" if arep.skipped else "")
         )
-        sys.exit(1 if arep.left else 0)
+        sys.exit(0 if arep.ok else 1)
     rep = run_api(
         lambda: recover(
             out, list(spills) if spills else None, lock=lock, timeout=timeout, force=force
@@ -54,4 +53,4 @@ def recover_cmd(
     for p, why in rep.refused:
         say(f"left {p}: {why}")
     say(f"recovered {rep.records} records from {len(rep.files)} spill files into {out}")
-    sys.exit(1 if rep.busy or rep.refused else 0)
+    sys.exit(0 if rep.ok else 1)

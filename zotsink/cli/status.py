@@ -7,7 +7,7 @@ import time
 
 import click
 
-from ._common import CONTEXT, json_option, lock_options, print_json, run_api
+from ._common import CONTEXT, json_option, print_json, read_lock_options, run_api
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -24,7 +24,7 @@ from ._common import CONTEXT, json_option, lock_options, print_json, run_api
     help="Seconds between redraws with --watch.",
 )
 @click.option("--slowest", type=click.IntRange(0), default=5, show_default=True, metavar="N")
-@lock_options
+@read_lock_options
 def status_cmd(
     tasks: str,
     out: str | None,
@@ -44,10 +44,12 @@ def status_cmd(
     run process is gone), never (no row).
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
-    from .._run.status import task_status
+    from .. import task_status
 
-    if (out is None) == (ledger is None):
-        raise click.UsageError("give OUT or --ledger PATH (one of them)")
+    if out is not None and ledger is not None:
+        raise click.UsageError(f"give OUT ({out}) or --ledger PATH ({ledger}), not both")
+    if out is None and ledger is None:
+        raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
     report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout))
     if watch:
@@ -60,8 +62,25 @@ def status_cmd(
     sys.exit(0 if report.all_ok else 1)
 
 
+def _no_ledger(tasks: str) -> str:
+    """Only one file was given: say how it was taken, and what to add."""
+    import os
+    import shlex
+
+    q = shlex.quote(tasks)
+    if os.path.exists(f"{tasks}.ledger"):  # OUT given where the task list goes
+        return (
+            f"{tasks} was taken as TASKS, the task list, but it is an OUT with its ledger "
+            f"beside it ({tasks}.ledger): give the task list first, `zotsink status TASKS {q}`"
+        )
+    return (
+        f"{tasks} was taken as TASKS, the task list; give OUT or --ledger PATH too: "
+        f"`zotsink status {q} OUT` reads OUT.ledger, or `zotsink status {q} --ledger PATH`"
+    )
+
+
 def _bar(report: object, width: int = 30) -> str:
-    from .._run.status import StatusReport
+    from .. import StatusReport
 
     assert isinstance(report, StatusReport)
     c = report.counts
@@ -81,7 +100,7 @@ def _watch(
     tasks: str, path: str, slowest: int, lock: str, timeout: float, interval: float, report: object
 ) -> object:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
-    from .._run.status import StatusReport, task_status
+    from .. import StatusReport, task_status
 
     tty = sys.stderr.isatty()
     try:

@@ -10,8 +10,8 @@ from ._common import (
     CONTEXT,
     format_option,
     json_option,
-    lock_options,
     print_json,
+    read_lock_options,
     run_api,
     say,
     set_verbosity,
@@ -33,7 +33,7 @@ from ._common import (
     metavar="N",
     help="Problems listed per kind on stderr.",
 )
-@lock_options
+@read_lock_options
 @click.option("-q", "--quiet", is_flag=True, help="No report on stderr, only the exit code.")
 def verify_cmd(
     out: str,
@@ -54,12 +54,11 @@ def verify_cmd(
     (with --repair: problems left, such as a damaged header), 2 usage,
     74 I/O error, 75 lock timeout.
     """
-    from .._check.verify import verify
-    from .._pack.index import is_pack_archive
+    from .. import is_pack_archive, verify
 
     set_verbosity(0, quiet)
     if is_pack_archive(out):  # a shared tar of `zotsink pack`: its own walk of the headers
-        from .._pack.verify import verify_archive
+        from .. import verify_archive
 
         rep = run_api(lambda: verify_archive(out, repair=repair, lock=lock, timeout=timeout))
         for line in rep.summary(limit=show):
