@@ -156,3 +156,12 @@ def test_stamp_fields_complete_as_a_comma_list(cwd: Path) -> None:
     assert bash_complete([*words, "job,task,ho"], cwd) == ["job,task,host"]
     assert "attempt" in bash_complete([*words, ""], cwd)
     assert sorted(fish_complete("zotsink pack out.tar other.txt --stamp ti", cwd)) == ["time"]
+
+
+def test_stamp_fields_of_append_and_run_complete_as_a_comma_list(cwd: Path) -> None:
+    for words in (
+        ["zotsink", "out.tsv", "--stamp"],
+        ["zotsink", "append", "out.tsv", "--stamp"],
+        ["zotsink", "run", "tasks.txt", "out.tsv", "--stamp"],
+    ):
+        assert bash_complete([*words, "host,ta"], cwd) == ["host,task", "host,tasknum"], words

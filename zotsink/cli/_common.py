@@ -260,6 +260,12 @@ def read_lock_options(f: F) -> F:
     )(f)
 
 
+def stamp_field_choices() -> tuple[str, ...]:
+    from .._core.stamp import STAMP_FIELDS  # a constant, read only when the shell completes
+
+    return STAMP_FIELDS
+
+
 def complete_list(
     choices: Callable[[], tuple[str, ...]],
 ) -> Callable[[click.Context, click.Parameter, str], list[str]]:
@@ -314,6 +320,7 @@ def record_options(f: F) -> F:
         click.option(
             "--stamp",
             metavar="[FIELDS]",
+            shell_complete=complete_list(stamp_field_choices),
             help="Prepend provenance: any of time,host,pid,job,task,tasknum,attempt "
             "(bare --stamp: time,host,job,task).",
         ),

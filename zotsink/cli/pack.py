@@ -12,6 +12,7 @@ from ._common import (
     run_api,
     say,
     set_verbosity,
+    stamp_field_choices,
     sync_option,
     verbose_option,
 )
@@ -37,12 +38,6 @@ class _Size(click.ParamType):
         return int(number) * _UNITS[unit]
 
 
-def _stamp_fields() -> tuple[str, ...]:
-    from .._core.stamp import STAMP_FIELDS  # a constant, read only when the shell completes
-
-    return STAMP_FIELDS
-
-
 @click.command("pack", context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(dir_okay=False))
 @click.argument("files", nargs=-1, required=True)
@@ -54,7 +49,7 @@ def _stamp_fields() -> tuple[str, ...]:
 @click.option(
     "--stamp",
     metavar="[FIELDS]",
-    shell_complete=complete_list(_stamp_fields),
+    shell_complete=complete_list(stamp_field_choices),
     help="Build the default prefix from these of time,host,pid,job,task [default: job,task].",
 )
 @click.option("--replace", is_flag=True, help="Add a member even if its name is taken.")
