@@ -317,3 +317,23 @@ def test_array_template_stopped_by_a_signal_keeps_rows_and_log(
     assert rows == ["task\titem\ti", *(f"2\tf{{}}&02\t{i}" for i in range(500))]
     assert (tsv_job_dir / "results.tsv.log").read_text() == "2\tworking on f{}&02\n"
     assert os.listdir(tsv_job_dir.parent / "tmp") == []
+
+
+def test_array_template_says_in_the_log_when_its_line_is_missing(
+    tsv_job_dir: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    r = run_family("array.sbatch", 7, tsv_job_dir, child_env)
+    assert r.returncode == 1
+    assert (tsv_job_dir / "results.tsv.log").read_text() == "7\tno task on line 7 of tasks.txt\n"
+    assert not (tsv_job_dir / "results.tsv").exists()
+
+
+def test_array_template_without_zotsink_fails_instead_of_hanging(
+    tsv_job_dir: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    # neither the table's writer nor the log's can start: the task ends, 127, and says why
+    missing = str(tsv_job_dir.parent / "no-such-zotsink")
+    r = run_family("array.sbatch", 1, tsv_job_dir, child_env, ZOTSINK=missing)
+    assert r.returncode == 127
+    assert b"no-such-zotsink: No such file or directory" in r.stderr
+    assert os.listdir(tsv_job_dir.parent / "tmp") == []
