@@ -9,8 +9,10 @@ its tests, and fails them when ``ZOTSINK_PYTHONS_REQUIRED=1`` (CI).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -158,3 +160,72 @@ def test_a_python_older_than_3_9_is_told_what_to_do(pyz: Path, tmp_path: Path) -
     assert b"zotsink.pyz needs Python 3.9 or newer" in r.stderr
     assert b"Traceback" not in r.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+# -- importing zotsink from the archive: the one line of the README and docs/install.md ------
+
+#: What the task does after the documented line: both record writers, and where it all came
+#: from. Running the line again must not stack a second copy onto sys.path.
+TASK = """
+import sys
+runpy.run_path(PYZ)
+import zotsink, zotsink._pack.append
+append_record("out.tsv", ["a b", 7, 2.5], columns=["name", "n", "x"])
+append_record("out.tsv", ["tab\\there", -1, 0.0], columns=["name", "n", "x"])
+append_member("plots.tar", "task-7/hist.png", b"\\x89PNG fake")
+print(zotsink.__spec__.origin)
+print(zotsink._pack.append.__spec__.origin)
+print(*[p for p in sys.path if p.startswith(PYZ)])
+print(sys.argv)
+"""
+
+
+def documented_import(name: str) -> str:
+    """The ``<!-- pyz-import -->`` block of README.md or docs/install.md."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    found = re.findall(r"<!-- pyz-import -->\n```python\n(.*?)```", text, re.S)
+    assert len(found) == 1, f"{name}: no (or more than one) pyz-import block"
+    return found[0]
+
+
+def test_the_readme_and_install_guide_show_the_same_import() -> None:
+    assert documented_import("README.md") == documented_import("docs/install.md")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_python_task_imports_zotsink_from_the_archive(
+    version: str, pyz: Path, tmp_path: Path
+) -> None:
+    python = need_python(version)
+    placeholder = '"/path/to/zotsink.pyz"'
+    code = documented_import("README.md")
+    assert placeholder in code
+    script = tmp_path / "task.py"
+    # the documented lines as written, with this archive's path; then the task's own work
+    script.write_text(code.replace(placeholder, repr(str(pyz))) + f"PYZ = {str(pyz)!r}" + TASK)
+    r = subprocess.run(
+        [python, str(script)], capture_output=True, text=True, cwd=tmp_path, env=clean_env(),
+        timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # no command ran: nothing said
+    tag = "cpython-" + version.replace(".", "")
+    # this Python's byte-compiled copy, not the sources; on sys.path once; argv untouched
+    assert r.stdout.splitlines() == [
+        f"{pyz}/{tag}/zotsink/__init__.pyc",
+        f"{pyz}/{tag}/zotsink/_pack/append.pyc",
+        f"{pyz}/{tag}",
+        repr([str(script)]),
+    ]
+    assert (tmp_path / "out.tsv").read_bytes() == (
+        b"name\tn\tx\na b\t7\t2.5\ntab\\there\t-1\t0.0\n"
+    )
+    with tarfile.open(tmp_path / "plots.tar") as tar:
+        assert tar.getnames() == ["task-7/hist.png"]
+        member = tar.extractfile("task-7/hist.png")
+        assert member is not None and member.read() == b"\x89PNG fake"
+    # and the archive's own commands find both files whole
+    run = runner(python, pyz, tmp_path)
+    for out in ("out.tsv", "plots.tar"):
+        v = run("verify", out)
+        assert v.returncode == 0, v.stderr
