@@ -42,13 +42,20 @@ _HEAD: Final = struct.Struct("<QqQ16sIII")
 #: Default of ``--min-age`` (seconds) when ``--remove-sources`` is given.
 MIN_AGE: Final = 3600.0
 _OPEN: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: Archive endings and their tarfile write modes; ``.tar`` last, as ``.tar.gz`` ends in none.
+_TAR_MODES: Final = (
+    (".tar.gz", "w:gz"),
+    (".tgz", "w:gz"),
+    (".tar.bz2", "w:bz2"),
+    (".tar.xz", "w:xz"),
+    (".tar", "w"),
+)
 
 
 def archive_mode(path: str) -> str | None:
     """The tarfile write mode for an archive name, or None for a name that is no tar."""
     low = path.lower()
-    for end, mode in ((".tar.gz", "w:gz"), (".tgz", "w:gz"), (".tar.bz2", "w:bz2"),
-                      (".tar.xz", "w:xz"), (".tar", "w")):  # fmt: skip
+    for end, mode in _TAR_MODES:
         if low.endswith(end):
             return mode
     return None
@@ -96,8 +103,8 @@ class Candidates:
                     break
                 p = buf[pos + _HEAD.size : pos + _HEAD.size + lp]
                 n = buf[pos + _HEAD.size + lp : end]
-                yield Candidate(no, mtime, size, dig, os.fsdecode(p),
-                                n.decode("utf-8", "surrogateescape"), cut)  # fmt: skip
+                name = n.decode("utf-8", "surrogateescape")
+                yield Candidate(no, mtime, size, dig, os.fsdecode(p), name, cut)
                 pos = end
             rest = buf[pos:]
 

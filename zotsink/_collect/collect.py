@@ -166,8 +166,9 @@ def collect(
     rep = CollectReport(output=o.output, archive=o.archive)
     state: OutState | None = None
     if (o.skip_collected or o.dedup != "none") and not o.whole and _has_rows(o.output):
-        state = read_out(o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout,
-                         skip=o.skip_collected)  # fmt: skip
+        state = read_out(
+            o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout, skip=o.skip_collected
+        )
         if state.torn:
             rep.notes.append(
                 f"{o.output} ends in a torn line from an interrupted write: after this collect, "
@@ -178,16 +179,23 @@ def collect(
     try:
         seeded = _seed_header(o, fixed_columns(o.source_column, o.pattern))
         table = Table(
-            "tsv" if o.whole else o.fmt, o.source_column, o.pattern, o.dedup, o.key, o.keep,
-            spool, seeded, state,
-        )  # fmt: skip
+            "tsv" if o.whole else o.fmt,
+            o.source_column,
+            o.pattern,
+            o.dedup,
+            o.key,
+            o.keep,
+            spool,
+            seeded,
+            state,
+        )
         _read(o, table, rep, cands, stdin if stdin is not None else sys.stdin, temp_dir, progress)
         if o.dedup == "key":
             table.check_key()
         rep.header = tuple(table.columns)
-        rep.duplicates, rep.conflicts, rep.unmatched = (
-            table.duplicates, table.conflicts, table.unmatched,
-        )  # fmt: skip
+        rep.duplicates = table.duplicates
+        rep.conflicts = table.conflicts
+        rep.unmatched = table.unmatched
         _write(o, table, rep, lock, sync, timeout, progress)
         if cands is not None:
             _tidy(o, cands, table, rep, since_ns)
@@ -227,11 +235,16 @@ def _read(
     collected = table.state.sources if o.skip_collected else None
     want_stat = cands is not None or (o.dedup == "key" and o.keep == "last")
     items = iter_items(
-        o.sources, stdin=stdin, jobs=o.jobs, want_stat=want_stat, exclude=_exclude(o),
-        staging=temp_dir, notes=rep.notes,
+        o.sources,
+        stdin=stdin,
+        jobs=o.jobs,
+        want_stat=want_stat,
+        exclude=_exclude(o),
+        staging=temp_dir,
+        notes=rep.notes,
         wanted=(lambda name: source_digest(name) not in collected) if collected else None,
         limit=o.max_file_size,
-    )  # fmt: skip
+    )
     inp, add, skipped = o.input, table.add, rep.skipped
     # files like the ones before skip parse and Table.add (in the usual directory all but two)
     lane = QuickLane(table, inp) if QuickLane.usable(table, inp) else None

@@ -61,6 +61,8 @@ _FLOAT_RE: Final = re.compile(
     r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
 )
 _INT64: Final = 1 << 63
+#: A new temporary file: never an existing one, never through a symlink planted at its name.
+_CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def output_format(path: str) -> str:
@@ -171,8 +173,8 @@ def _write_parquet(
     pa = _require_pyarrow()
     import pyarrow.parquet as pq
 
-    types = [pa.int64() if k == _INT else pa.float64() if k == _FLOAT else pa.string()
-             for k in kinds]  # fmt: skip
+    arrow_type = {_INT: pa.int64(), _FLOAT: pa.float64()}
+    types = [arrow_type.get(k, pa.string()) for k in kinds]
     schema = pa.schema(list(zip(header, types)))
     conv = _converters(kinds)
     n = 0
@@ -231,8 +233,7 @@ def write_whole(
         types.add(row)
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666)  # fmt: skip
+        fd = os.open(tmp, _CREATE, 0o666)
     except OSError as e:
         raise WriteError(f"cannot create {tmp}: {e.strerror}", path=path) from e
     try:

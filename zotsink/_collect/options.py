@@ -149,10 +149,24 @@ def check_options(
     if batch_bytes < 1:
         raise UsageError(f"--batch-bytes must be positive, not {batch_bytes}")
     return Options(
-        srcs, out, fmt, input, source_column, pattern, dedup, keys, keep, skip_collected, arch,
-        remove_sources, strict, jobs, batch_bytes, check_min_age(min_age, remove_sources),
-        parse_size(max_file_size),
-    )  # fmt: skip
+        sources=srcs,
+        output=out,
+        fmt=fmt,
+        input=input,
+        source_column=source_column,
+        pattern=pattern,
+        dedup=dedup,
+        key=keys,
+        keep=keep,
+        skip_collected=skip_collected,
+        archive=arch,
+        remove=remove_sources,
+        strict=strict,
+        jobs=jobs,
+        batch_bytes=batch_bytes,
+        min_age=check_min_age(min_age, remove_sources),
+        max_file_size=parse_size(max_file_size),
+    )
 
 
 #: The longest --min-age: ten years, a bound that keeps the arithmetic exact.
