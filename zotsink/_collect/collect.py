@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Final
 
+from .._core.fileio import split_lines
 from .._core.records import decode_row
 from ..errors import HeaderMismatch, InputError, LockTimeout, WriteError
 from .archive import Candidates, make_archive, remove_sources
@@ -329,10 +330,10 @@ def _write_whole(o: Options, table: Table, rep: CollectReport, progress: Progres
     n = len(table.columns)
 
     def rows() -> Iterator[list[str]]:
-        for data, _count in table.batches(o.batch_bytes):
-            for line in data.decode("utf-8", "surrogateescape").split("\n")[:-1]:
-                cells = decode_row(line, "tsv")
-                yield cells if len(cells) == n else cells + [""] * (n - len(cells))
+        # a batch is whole rows, each ending in a newline: no piece is left over
+        for line in split_lines(data for data, _count in table.batches(o.batch_bytes)):
+            cells = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
+            yield cells if len(cells) == n else cells + [""] * (n - len(cells))
 
     rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows)
     if progress is not None:

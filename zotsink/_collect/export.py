@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Final
 
-from .._core.fileio import fsync_dir
+from .._core.fileio import fsync_dir, split_lines
 from .._core.records import decode_row, encode_row, format_for
 from ..errors import RecordError, UsageError, WriteError
 
@@ -299,12 +299,9 @@ def export(
             spool.write((encode_row(row, "tsv") + "\n").encode("utf-8", "surrogateescape"))
 
         def spooled() -> Iterator[list[str]]:
-            rest = b""
-            for chunk in spool.chunks():
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for ln in lines:
-                    yield decode_row(ln.decode("utf-8", "surrogateescape"), "tsv")
+            # every spooled row ends in a newline: no piece is left over
+            for ln in split_lines(spool.chunks()):
+                yield decode_row(ln.decode("utf-8", "surrogateescape"), "tsv")
 
         n, _types = write_whole(path, fmt, header, spooled)
     finally:
