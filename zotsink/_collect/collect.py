@@ -142,6 +142,7 @@ def collect(
     temp_dir: str | None = None,
     min_age: float | None = None,
     max_file_size: int | str = MAX_FILE_SIZE,
+    force: bool = False,
 ) -> CollectReport:
     """Merge the tiny files of ``sources`` into the table ``output``; a :class:`CollectReport`.
 
@@ -149,7 +150,9 @@ def collect(
     ``stdin`` (default ``sys.stdin``). The options are those of ``zotsink collect``.
     ``min_age`` (seconds; default 3600 with ``remove_sources``, else 0): a file modified
     more recently is collected but not removed. ``max_file_size`` (bytes, or ``"16M"``): a
-    bigger file or archive member is skipped unread (an error under ``strict``).
+    bigger file or archive member is skipped unread (an error under ``strict``). ``force``:
+    replace a ``.jsonl`` or ``.parquet`` OUT that exists (atomically, once the new one is
+    whole); without it such an OUT is refused.
     Raises :class:`UsageError` for options that cannot work, :class:`InputError` for a file
     that cannot be read or parsed under ``strict``, :class:`HeaderMismatch` when OUT has other
     columns (nothing written), and :class:`LockTimeout`/:class:`WriteError` when a batch could
@@ -162,7 +165,7 @@ def collect(
         sources, output, input=input, source_column=source_column, name_pattern=name_pattern,
         dedup=dedup, key=key, keep=keep, skip_collected=skip_collected, archive=archive,
         remove_sources=remove_sources, yes=yes, strict=strict, jobs=jobs, batch_bytes=batch_bytes,
-        min_age=min_age, max_file_size=max_file_size,
+        min_age=min_age, max_file_size=max_file_size, force=force,
     )  # fmt: skip
     rep = CollectReport(output=o.output, archive=o.archive)
     state: OutState | None = None
@@ -178,7 +181,8 @@ def collect(
     spool = Spool(temp_dir)
     cands = Candidates(temp_dir) if (o.archive or o.remove) else None
     try:
-        seeded = _seed_header(o, fixed_columns(o.source_column, o.pattern))
+        # a whole OUT is written new: a file there (--force) has no say in the columns
+        seeded = None if o.whole else _seed_header(o, fixed_columns(o.source_column, o.pattern))
         table = Table(
             "tsv" if o.whole else o.fmt,
             o.source_column,
@@ -335,7 +339,7 @@ def _write_whole(o: Options, table: Table, rep: CollectReport, progress: Progres
             cells = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
             yield cells if len(cells) == n else cells + [""] * (n - len(cells))
 
-    rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows)
+    rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows, o.force)
     if progress is not None:
         progress("write", rep.records, table.records)
 

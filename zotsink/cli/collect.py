@@ -125,6 +125,9 @@ class _Bar:
 )
 @click.option("--strict", is_flag=True, help="A file that cannot be read or parsed is an error.")
 @click.option(
+    "--force", is_flag=True, help="Replace a .jsonl or .parquet OUT that exists (atomically)."
+)
+@click.option(
     "--jobs", type=click.IntRange(min=1), help="Parallel readers [default: 1 local, 8 network]."
 )
 @click.option("--progress/--no-progress", default=None, help="[default: on when stderr is a TTY]")
@@ -155,6 +158,7 @@ def collect_cmd(
     min_age: str | None,
     max_file_size: str,
     strict: bool,
+    force: bool,
     jobs: int | None,
     progress: bool | None,
     lock: str,
@@ -166,7 +170,8 @@ def collect_cmd(
 ) -> None:
     """Merge the tiny files of SOURCE... (directories, files, tar archives, - for a list of
     paths on stdin) into one de-duplicated table OUT, through the locked append path.
-    OUT ending in .jsonl or .parquet is written whole instead (a new file).
+    OUT ending in .jsonl or .parquet is written whole instead (a new file; --force
+    replaces one that exists).
 
     \b
       zotsink collect results/ -o results.tsv
@@ -204,6 +209,7 @@ def collect_cmd(
                 min_age=min_age,
                 max_file_size=max_file_size,
                 strict=strict,
+                force=force,
                 jobs=jobs,
                 lock=lock,
                 sync=sync,
