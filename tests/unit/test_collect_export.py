@@ -138,7 +138,7 @@ def test_force_replaces_a_symlink_at_dest_without_following_it(tmp_path: Path) -
 def test_check_whole_target_refuses_without_force_and_a_directory_always(tmp_path: Path) -> None:
     dest = tmp_path / "o.jsonl"
     dest.write_bytes(OLD)
-    with pytest.raises(UsageError, match="exists already.*give --force to replace it"):
+    with pytest.raises(UsageError, match=r"exists already.*give --force to replace it"):
         check_whole_target(str(dest), "jsonl")
     check_whole_target(str(dest), "jsonl", force=True)
     (tmp_path / "d.jsonl").mkdir()
