@@ -77,6 +77,7 @@ class Candidates:
     def __init__(self, directory: str | None) -> None:
         self.spool = Spool(directory)
         self.count = 0
+        self._left_out: set[int] = set()
 
     def add(
         self, file_no: int, path: str, name: str, data: bytes, mtime_ns: int, root: str = ""
@@ -91,7 +92,14 @@ class Candidates:
         self.spool.write(head + p + n)
         self.count += 1
 
+    def leave_out(self, file_nos: set[int]) -> None:
+        """These files were not collected after all (``--input auto`` skipped their layout):
+        they are never archived nor removed."""
+        self._left_out = file_nos
+        self.count = sum(1 for _ in self)
+
     def __iter__(self) -> Iterator[Candidate]:
+        left_out = self._left_out
         rest = b""
         for chunk in self.spool.chunks():
             buf = rest + chunk
@@ -103,9 +111,11 @@ class Candidates:
                     break
                 p = buf[pos + _HEAD.size : pos + _HEAD.size + lp]
                 n = buf[pos + _HEAD.size + lp : end]
+                pos = end
+                if no in left_out:
+                    continue
                 name = n.decode("utf-8", "surrogateescape")
                 yield Candidate(no, mtime, size, dig, os.fsdecode(p), name, cut)
-                pos = end
             rest = buf[pos:]
 
     def close(self) -> None:

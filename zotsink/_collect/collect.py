@@ -4,7 +4,9 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
 
 1. Read. Files arrive in output order (:mod:`zotsink._collect.sources`: sorted walks, tar
    archives read in place and sorted). Each is parsed whole (:mod:`zotsink._collect.parse`;
-   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed. Its records
+   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed; under
+   ``--input auto`` the files of plain lines wait in a table of their own until the vote on
+   the collection's layout (:mod:`zotsink._collect.layout`) keeps one kind. Its records
    are encoded at once over the columns known so far and written to a spool
    (:mod:`zotsink._collect.table`, :mod:`zotsink._collect.spool`: in memory up to 32 MiB, then
    an unlinked file in ``$TMPDIR``), while the union of fields grows in first-seen order.
@@ -42,6 +44,7 @@ from .._core.fileio import split_lines
 from .._core.records import decode_row
 from ..errors import HeaderMismatch, InputError, LockTimeout, WriteError
 from .archive import Candidates, make_archive, remove_sources
+from .layout import FIELDS, LINES, Layout, held, misfit, winner
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
 from .read import MAX_FILE_SIZE
@@ -178,23 +181,28 @@ def collect(
                 f"{o.output} ends in a torn line from an interrupted write: after this collect, "
                 f"run `zotsink verify --repair {o.output}`"
             )
-    spool = Spool(temp_dir)
+    spools: list[Spool] = []
     cands = Candidates(temp_dir) if (o.archive or o.remove) else None
     try:
         # a whole OUT is written new: a file there (--force) has no say in the columns
         seeded = None if o.whole else _seed_header(o, fixed_columns(o.source_column, o.pattern))
-        table = Table(
-            "tsv" if o.whole else o.fmt,
-            o.source_column,
-            o.pattern,
-            o.dedup,
-            o.key,
-            o.keep,
-            spool,
-            seeded,
-            state,
-        )
-        _read(o, table, rep, cands, stdin if stdin is not None else sys.stdin, temp_dir, progress)
+
+        def new_table() -> Table:
+            spools.append(Spool(temp_dir))
+            return Table(
+                "tsv" if o.whole else o.fmt,
+                o.source_column,
+                o.pattern,
+                o.dedup,
+                o.key,
+                o.keep,
+                spools[-1],
+                seeded,
+                state,
+            )
+
+        src = stdin if stdin is not None else sys.stdin
+        table = _read(o, new_table, rep, cands, src, temp_dir, progress)
         if o.dedup == "key":
             table.check_key()
         rep.header = tuple(table.columns)
@@ -205,7 +213,8 @@ def collect(
         if cands is not None:
             _tidy(o, cands, table, rep, since_ns)
     finally:
-        spool.close()
+        for spool in spools:
+            spool.close()
         if cands is not None:
             cands.close()
     rep.seconds = time.perf_counter() - t0
@@ -229,14 +238,54 @@ def _exclude(o: Options) -> Exclude:
 
 def _read(
     o: Options,
-    table: Table,
+    new_table: Callable[[], Table],
     rep: CollectReport,
     cands: Candidates | None,
     stdin: IO[str],
     temp_dir: str | None,
     progress: Progress | None,
+) -> Table:
+    """Pass 1: read, parse and spool every file; skipped files are listed in ``rep``. The
+    table of the files collected: under ``--input auto``, those of the layout most files
+    have (:mod:`zotsink._collect.layout`)."""
+    if o.input != "auto":
+        table = new_table()
+        _read_files(o, table, [], rep, cands, stdin, temp_dir, progress, new_table)
+        return table
+    layouts = [Layout(FIELDS, new_table(), temp_dir)]  # and the lines, once a file has them
+    try:
+        table = layouts[0].table
+        out = held(table.columns[len(table.fixed) :])  # seeded from OUT's header
+        _read_files(o, table, layouts, rep, cands, stdin, temp_dir, progress, new_table)
+        won, lost = winner(layouts[0], layouts[1] if len(layouts) > 1 else None, out)
+        if lost is not None:
+            why = misfit(lost, won, out)
+            if o.strict:
+                raise InputError(f"{lost.first}: {why}; nothing was written (--strict)")
+            rep.skipped.extend((name, why) for name in lost.names)
+            rep.files -= lost.files
+            if cands is not None:
+                cands.leave_out(set(lost.numbers))
+        return won.table
+    finally:
+        for layout in layouts:
+            layout.close()
+
+
+def _read_files(
+    o: Options,
+    table: Table,
+    layouts: list[Layout],
+    rep: CollectReport,
+    cands: Candidates | None,
+    stdin: IO[str],
+    temp_dir: str | None,
+    progress: Progress | None,
+    new_table: Callable[[], Table],
 ) -> None:
-    """Pass 1: read, parse and spool every file; skipped files are listed in ``rep``."""
+    """Every file read and added to ``table``; with ``layouts`` (``--input auto``), a file
+    of plain lines goes to a table of its own, and each file with records is counted in its
+    layout."""
     collected = table.state.sources if o.skip_collected else None
     want_stat = cands is not None or (o.dedup == "key" and o.keep == "last")
     items = iter_items(
@@ -251,6 +300,7 @@ def _read(
         limit=o.max_file_size,
     )
     inp, add, skipped = o.input, table.add, rep.skipped
+    fields = layouts[0] if layouts else None
     # files like the ones before skip parse and Table.add (in the usual directory all but two)
     lane = QuickLane(table, inp) if QuickLane.usable(table, inp) else None
     take = lane.take if lane is not None else None
@@ -272,7 +322,7 @@ def _read(
             continue
         if take is None or not take(it.data, it.name, it.base):
             try:
-                recs = parse(it.data, it.base, inp)
+                fmt, recs = parse(it.data, it.base, inp)
             except Unparsable as e:
                 if o.strict:
                     raise InputError(
@@ -281,9 +331,19 @@ def _read(
                     ) from None
                 skipped.append((it.name, e.reason))
                 continue
-            add(it.name, it.base, recs, it.mtime_ns, n)
-            if lane is not None:
-                lane.learn(it.data, recs)
+            if fields is not None and recs and fmt == "lines":
+                if len(layouts) == 1:
+                    layouts.append(Layout(LINES, new_table(), temp_dir))
+                layouts[1].table.add(it.name, it.base, recs, it.mtime_ns, n)
+                layouts[1].add(n, it.name, it.path or it.name)
+            else:
+                add(it.name, it.base, recs, it.mtime_ns, n)
+                if fields is not None and recs:  # a file without records has no vote
+                    fields.add(n, it.name, it.path or it.name)
+                if lane is not None:
+                    lane.learn(it.data, recs)
+        elif fields is not None:
+            fields.add(n, it.name, it.path or it.name)
         rep.files += 1
         if cands is not None and it.path is not None:
             cands.add(n, it.path, it.name, it.data, it.mtime_ns, it.root)

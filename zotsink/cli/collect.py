@@ -73,7 +73,8 @@ class _Bar:
     type=click.Choice(["auto", "kv", "tsv", "csv", "jsonl", "lines"]),
     default="auto",
     show_default=True,
-    help="How each file is parsed; auto sniffs every file.",
+    help="How each file is parsed. auto sniffs every file, then keeps the layout most "
+    "files have (records, or plain lines) and skips and lists the others.",
 )
 @click.option(
     "--source-column",
