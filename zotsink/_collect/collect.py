@@ -58,6 +58,8 @@ __all__ = ["CollectReport", "collect"]
 BATCH_BYTES: Final = 1 << 20
 #: Files between two progress calls.
 _PROGRESS_EVERY: Final = 512
+#: Files between two moves of the layouts' file names to their spools.
+_SPILL_EVERY: Final = 4096
 
 #: ``progress(phase, done, total)``: phase ``read`` (files and skipped entries; total 0 while
 #: unknown, as for an archive) or ``write`` (records).
@@ -301,6 +303,8 @@ def _read_files(
     )
     inp, add, skipped = o.input, table.add, rep.skipped
     fields = layouts[0] if layouts else None
+    if fields is not None:  # for the quick lane's files: bound once
+        field_no, field_name = fields.numbers.append, fields.names.append
     # files like the ones before skip parse and Table.add (in the usual directory all but two)
     lane = QuickLane(table, inp) if QuickLane.usable(table, inp) else None
     take = lane.take if lane is not None else None
@@ -342,8 +346,12 @@ def _read_files(
                     fields.add(n, it.name, it.path or it.name)
                 if lane is not None:
                     lane.learn(it.data, recs)
-        elif fields is not None:
-            fields.add(n, it.name, it.path or it.name)
+        elif fields is not None:  # the lane takes no layout's first file: it learns from two
+            field_no(n)
+            field_name(it.name)
+        if not n % _SPILL_EVERY:
+            for layout in layouts:
+                layout.names.spill()
         rep.files += 1
         if cands is not None and it.path is not None:
             cands.add(n, it.path, it.name, it.data, it.mtime_ns, it.root)

@@ -42,20 +42,19 @@ class NameLog:
     def __init__(self, temp_dir: str | None) -> None:
         self._spool = Spool(temp_dir)
         self._batch: list[str] = []
+        #: Add a name: the list's own append, as it runs once a file; call :meth:`spill`
+        #: now and then to move the names gathered to the spool.
+        self.append = self._batch.append
 
-    def append(self, name: str) -> None:
+    def spill(self, least: int = _BATCH) -> None:
+        """Move the names gathered to the spool, if there are ``least`` of them."""
         batch = self._batch
-        batch.append(name)
-        if len(batch) >= _BATCH:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._batch:
-            self._spool.write(("\0".join(self._batch) + "\0").encode("utf-8", "surrogateescape"))
-            self._batch = []
+        if batch and len(batch) >= least:
+            self._spool.write(("\0".join(batch) + "\0").encode("utf-8", "surrogateescape"))
+            batch.clear()  # in place: self.append stays bound to it
 
     def __iter__(self) -> Iterator[str]:
-        self._flush()
+        self.spill(1)
         rest = b""
         for chunk in self._spool.chunks():
             names = (rest + chunk).split(b"\0")
@@ -68,23 +67,29 @@ class NameLog:
 
 
 class Layout:
-    """The files of one layout with records, in their own table, until the vote is known."""
+    """The files of one layout with records, in their own table, until the vote is known.
+
+    A file is counted by :meth:`add`, or where that call would cost too much (the quick
+    lane's files, never a layout's first) by ``numbers.append`` and ``names.append``.
+    """
 
     def __init__(self, kind: str, table: Table, temp_dir: str | None) -> None:
         self.kind = kind
         self.table = table
-        self.files = 0
         self.first = ""  # its first file (its path, or its name), for --strict
         self.names = NameLog(temp_dir)  # the names of its files: skipped if it loses
         self.numbers = array("Q")  # the read order of its files: never archived if it loses
 
+    @property
+    def files(self) -> int:
+        return len(self.numbers)
+
     def add(self, n: int, name: str, where: str) -> None:
         """Count one file of this layout: ``n`` its place in the read order."""
-        if not self.files:
+        if not self.numbers:
             self.first = where
-        self.files += 1
-        self.names.append(name)
         self.numbers.append(n)
+        self.names.append(name)
 
     def close(self) -> None:
         self.names.close()
