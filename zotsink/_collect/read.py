@@ -432,7 +432,7 @@ def _receive(rfd: int, pid: int, what: str, root: str, prefix: str) -> Iterator[
                 path = _dec(buf[b:c]) if lp else root + name[cut:]
                 base = name[name.rfind("/") + 1 :]
                 if code == _DATA:
-                    # tuple.__new__ straight: Item()'s own __new__ is Python, a sixth of this loop
+                    # tuple.__new__ straight: Item()'s own __new__ is Python code, run once a file
                     data, walked = buf[c:stop], "" if lp else root
                     yield new(Item, (name, base, data, None, False, path, mtime, ld, walked))
                 elif code == _ALREADY:
