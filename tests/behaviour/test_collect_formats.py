@@ -66,6 +66,48 @@ def test_a_whole_file_output_is_never_appended_to_or_replaced(tmp_path: Path) ->
     assert (tmp_path / "out.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize("ending", [".jsonl", ".parquet"])
+def test_force_replaces_a_whole_output_once_the_new_one_is_whole(tmp_path: Path, ending) -> None:
+    if ending == ".parquet":
+        pq = pytest.importorskip("pyarrow.parquet")
+    d = make(tmp_path)
+    out = tmp_path / f"out{ending}"
+    assert cli("d", "-o", out.name, cwd=tmp_path).returncode == 0
+    old_inode = out.stat().st_ino
+    (d / "t4.txt").write_text("task:4 loss:1 label:y note:new")
+    r = cli("d", "-o", out.name, "--force", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert b": 4 files, 4 records," in r.stderr
+    if ending == ".parquet":
+        rows = pq.read_table(out).to_pylist()
+    else:
+        rows = [json.loads(ln) for ln in out.read_text().splitlines()]
+    new = {"source": "t4.txt", "task": 4, "loss": 1.0, "label": "y", "note": "new", "extra": None}
+    assert rows == [*EXPECTED, new]
+    assert out.stat().st_ino != old_inode  # a new file renamed over the old one
+    assert sorted(os.listdir(tmp_path)) == sorted(["d", out.name])
+
+
+def test_force_leaves_the_old_output_when_collect_fails(tmp_path: Path) -> None:
+    d = make(tmp_path)
+    assert cli("d", "-o", "out.jsonl", cwd=tmp_path).returncode == 0
+    before = (tmp_path / "out.jsonl").read_bytes()
+    (d / "t4.txt").write_bytes(b"task:4\0")
+    r = cli("d", "-o", "out.jsonl", "--force", "--strict", cwd=tmp_path)
+    assert r.returncode == 1
+    assert b"t4.txt: binary (NUL byte at offset 6); nothing was written (--strict)" in r.stderr
+    assert (tmp_path / "out.jsonl").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["d", "out.jsonl"]
+
+
+def test_force_is_refused_for_an_out_that_is_appended_to(tmp_path: Path) -> None:
+    make(tmp_path)
+    r = cli("d", "-o", "out.tsv", "--force", cwd=tmp_path)
+    assert r.returncode == 2
+    assert b"--force replaces a .jsonl or .parquet OUT" in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["d"]
+
+
 def test_parquet_without_pyarrow_names_the_extra_and_writes_nothing(tmp_path: Path) -> None:
     make(tmp_path)
     stub = tmp_path / "stub" / "pyarrow"
@@ -125,6 +167,9 @@ def test_export_of_an_out_gives_the_same_typed_rows(tmp_path: Path) -> None:
     assert (tmp_path / "copy.jsonl").read_bytes() == (tmp_path / "direct.jsonl").read_bytes()
     with pytest.raises(UsageError, match="exists already"):
         export(tmp_path / "out.tsv", tmp_path / "copy.jsonl")
+    (tmp_path / "copy.jsonl").write_bytes(b"old\n")
+    assert export(tmp_path / "out.tsv", tmp_path / "copy.jsonl", force=True) == 3
+    assert (tmp_path / "copy.jsonl").read_bytes() == (tmp_path / "direct.jsonl").read_bytes()
     with pytest.raises(UsageError, match=r"cat -o writes \.jsonl or \.parquet"):
         export(tmp_path / "out.tsv", tmp_path / "copy.csv")
     with pytest.raises(UsageError, match=r"does not write \.json files"):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -89,18 +91,111 @@ def test_tsv_csv_jsonl_and_lines_are_sniffed_per_file(tmp_path: Path) -> None:
             "3.csv": b'task,note\r\n4,"a, b"\r\n5,"say ""hi"""\r\n',
             "4.jsonl": b'{"task": 6, "ok": true, "tags": ["x"], "none": null}\n{"task": 7}\n',
             "5.json": b'[\n  {"task": 8},\n  {"task": 9, "note": "tab\\there"}\n]\n',
-            "6.log": b"just some words\nand more\n",
+            "6.log": b"just some words\nand more\n",  # plain lines: not like the others
         },
     )
     rep = collect([d], tmp_path / "o.tsv")
-    assert rep.skipped == [] and rep.records == 11
+    assert rep.skipped == [("6.log", STRAY.format(won=5, total=6))]
+    assert (rep.files, rep.records) == (5, 9)
     rows = table(tmp_path / "o.tsv")
-    assert [r["task"] for r in rows[:11]] == ["1", "2", "3", "4", "5", "6", "7", "8", "9", "", ""]
+    assert [r["task"] for r in rows] == ["1", "2", "3", "4", "5", "6", "7", "8", "9"]
     assert rows[4]["note"] == 'say "hi"' and rows[3]["note"] == "a, b"
     assert (rows[5]["ok"], rows[5]["tags"], rows[5]["none"]) == ("true", '["x"]', "")
     assert rows[8]["note"] == "tab\there"  # escaped in OUT, read back whole
-    assert [r["line"] for r in rows[9:]] == ["just some words", "and more"]
-    assert rep.header == ("source", "task", "score", "note", "ok", "tags", "none", "line")
+    assert rep.header == ("source", "task", "score", "note", "ok", "tags", "none")
+
+
+#: Why a plain text file is skipped among files with records (--input auto).
+STRAY = (
+    "plain text, no key:value, TSV, CSV or JSON records, where most files ({won} of {total}) "
+    "hold such records; to read every file as lines give --input lines"
+)
+#: Why a file with records is skipped among plain text files (--input auto).
+ODD_RECORDS = (
+    "records with named fields (key:value, TSV, CSV or JSON) where most files ({won} of "
+    "{total}) are plain text lines; collect it apart, or give --input to read every file in "
+    "one format"
+)
+
+
+def kv_files(n: int) -> dict[str, bytes]:
+    return {
+        f"r/t{i:03d}.txt": f"filename:img_{i}.jpg min:{i} max:{2 * i + 1}".encode()
+        for i in range(n)
+    }
+
+
+def test_a_stray_text_file_among_kv_files_is_skipped_counted_and_named(tmp_path: Path) -> None:
+    spec = kv_files(300)
+    spec["r/t150.notes"] = b"rerun these with more memory\nthey ran out\n"  # no colon at all
+    files(tmp_path, spec)
+    r = subprocess.run(
+        [*ZOTSINK, "collect", "r", "-o", "out.tsv"], cwd=tmp_path, capture_output=True
+    )
+    assert r.returncode == 0, r.stderr
+    rows = "".join(f"t{i:03d}.txt\timg_{i}.jpg\t{i}\t{2 * i + 1}\n" for i in range(300))
+    assert (tmp_path / "out.tsv").read_text() == "source\tfilename\tmin\tmax\n" + rows
+    lines = r.stderr.decode().splitlines()
+    assert lines[0] == "zotsink: skipped t150.notes: " + STRAY.format(won=300, total=301)
+    assert lines[1].startswith(
+        "zotsink: collected into out.tsv: 300 files, 300 records, 0 duplicates dropped, "
+        "0 key conflicts, 1 skipped, "
+    )
+    assert len(lines) == 2
+
+
+def test_a_skipped_stray_is_neither_archived_nor_removed(tmp_path: Path) -> None:
+    spec = kv_files(5)
+    spec["r/README"] = b"results of the array\n"
+    files(tmp_path, spec)
+    out, arch = tmp_path / "out.tsv", tmp_path / "r.tar"
+    rep = collect([tmp_path / "r"], out, archive=arch, remove_sources=True, min_age=0)
+    assert rep.skipped == [("README", STRAY.format(won=5, total=6))]
+    assert (rep.files, rep.records, rep.archived, rep.removed) == (5, 5, 5, 5)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["README"]
+    with tarfile.open(tmp_path / "r.tar") as tar:
+        assert sorted(tar.getnames()) == [f"t{i:03d}.txt" for i in range(5)]
+
+
+def test_strict_refuses_a_stray_text_file_and_writes_nothing(tmp_path: Path) -> None:
+    spec = kv_files(3)
+    spec["r/zz.txt"] = b"no records here\n"
+    files(tmp_path, spec)
+    r = subprocess.run(
+        [*ZOTSINK, "collect", "r", "-o", "out.tsv", "--strict"], cwd=tmp_path, capture_output=True
+    )
+    assert r.returncode == 1
+    msg = STRAY.format(won=3, total=4)
+    assert r.stderr.decode() == f"zotsink: error: r/zz.txt: {msg}; nothing was written (--strict)\n"
+    assert not (tmp_path / "out.tsv").exists()
+
+
+def test_a_collection_of_plain_text_files_is_read_as_lines(tmp_path: Path) -> None:
+    d = files(
+        tmp_path / "d",
+        {
+            "a.log": b"started\r\nfinished\r\n",
+            "b.log": b"began\n\nfailed: out of memory",
+            "c.log": b"key:value\n",  # looks like records, but most files are plain lines
+            "d.log": b"",  # no record: no vote, and nothing to skip
+            "e.log": b"only line",
+        },
+    )
+    rep = collect([d], tmp_path / "o.tsv")
+    assert rep.skipped == [("c.log", ODD_RECORDS.format(won=3, total=4))]
+    assert (rep.files, rep.records, rep.header) == (4, 5, ("source", "line"))
+    assert (tmp_path / "o.tsv").read_bytes() == (
+        b"source\tline\na.log\tstarted\na.log\tfinished\nb.log\tbegan\n"
+        b"b.log\tfailed: out of memory\ne.log\tonly line\n"
+    )
+
+
+def test_a_tie_and_files_without_records_keep_the_records(tmp_path: Path) -> None:
+    d = files(tmp_path / "d", {"a.txt": b"some text", "b.txt": b"k:1", "c.txt": b"\n \n"})
+    rep = collect([d], tmp_path / "o.tsv")
+    assert rep.skipped == [("a.txt", STRAY.format(won=1, total=2))]
+    assert (rep.files, rep.records) == (2, 1)  # b.txt, and c.txt with no record
+    assert (tmp_path / "o.tsv").read_bytes() == b"source\tk\nb.txt\t1\n"
 
 
 def test_forced_input_format(tmp_path: Path) -> None:
@@ -173,3 +268,22 @@ def test_json_values_keep_their_text(tmp_path: Path) -> None:
     assert table(tmp_path / "o.tsv") == [
         {"f": "0.1", "i": str(10**20), "s": "ü", "o": '{"a":[1,2]}'}
     ]
+
+
+def test_a_resume_keeps_the_layout_out_holds(tmp_path: Path) -> None:
+    spec = kv_files(3)
+    spec["r/zz.txt"] = b"no records here\n"
+    files(tmp_path, spec)
+    out = tmp_path / "out.tsv"
+    collect([tmp_path / "r"], out)
+    before = out.read_bytes()
+    files(tmp_path, {"r/zz2.txt": b"nor here\n"})  # the strays now outnumber the files read
+    rep = collect([tmp_path / "r"], out, skip_collected=True)
+    why = (
+        "plain text, no key:value, TSV, CSV or JSON records, where OUT holds such records; "
+        "to read every file as lines give --input lines"
+    )
+    assert rep.skipped == [("zz.txt", why), ("zz2.txt", why)]
+    assert (rep.already, rep.records) == (2, 0)  # t002.txt is read again: OUT's last source
+    assert out.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["out.tsv", "r"]  # no rejects, no spill

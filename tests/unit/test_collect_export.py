@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from zotsink._collect.export import ColumnTypes, output_format, write_whole
-from zotsink.errors import UsageError
+from zotsink._collect.export import ColumnTypes, check_whole_target, output_format, write_whole
+from zotsink.errors import UsageError, WriteError
 
 
 @pytest.mark.parametrize(
@@ -75,3 +75,72 @@ def test_a_failure_while_writing_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         write_whole(str(tmp_path / "o.jsonl"), "jsonl", ["i"], rows)
     assert os.listdir(tmp_path) == []
+
+
+OLD = b'{"i":0}\n'
+
+
+def test_force_replaces_the_file_with_a_new_one(tmp_path: Path) -> None:
+    dest = tmp_path / "o.jsonl"
+    dest.write_bytes(OLD)
+    old_inode = dest.stat().st_ino
+    with pytest.raises(WriteError, match="nothing was replaced"):  # without force
+        write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]))
+    assert dest.read_bytes() == OLD
+    assert write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]), force=True)[0] == 1
+    assert dest.read_bytes() == b'{"i":1}\n'
+    assert dest.stat().st_ino != old_inode  # renamed into place, not rewritten in it
+    assert os.listdir(tmp_path) == ["o.jsonl"]
+
+
+def test_a_failure_while_forcing_leaves_the_old_file(tmp_path: Path) -> None:
+    dest = tmp_path / "o.jsonl"
+    dest.write_bytes(OLD)
+    calls = []
+
+    def rows():  # the second pass (the writing) breaks down half way
+        calls.append(1)
+        yield ["1"]
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        yield ["2"]
+
+    with pytest.raises(OSError):
+        write_whole(str(dest), "jsonl", ["i"], rows, force=True)
+    assert dest.read_bytes() == OLD
+    assert os.listdir(tmp_path) == ["o.jsonl"]
+
+
+def test_force_never_follows_a_symlink_at_the_temporary_name(tmp_path: Path) -> None:
+    dest = tmp_path / "o.jsonl"
+    dest.write_bytes(OLD)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me\n")
+    planted = tmp_path / f"o.jsonl.tmp.{os.getpid()}"
+    planted.symlink_to(victim)
+    with pytest.raises(WriteError, match=r"cannot create .*o\.jsonl\.tmp\."):
+        write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]), force=True)
+    assert victim.read_bytes() == b"keep me\n"
+    assert dest.read_bytes() == OLD
+    assert planted.is_symlink()
+
+
+def test_force_replaces_a_symlink_at_dest_without_following_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me\n")
+    dest = tmp_path / "o.jsonl"
+    dest.symlink_to(victim)
+    write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]), force=True)
+    assert not dest.is_symlink() and dest.read_bytes() == b'{"i":1}\n'
+    assert victim.read_bytes() == b"keep me\n"
+
+
+def test_check_whole_target_refuses_without_force_and_a_directory_always(tmp_path: Path) -> None:
+    dest = tmp_path / "o.jsonl"
+    dest.write_bytes(OLD)
+    with pytest.raises(UsageError, match=r"exists already.*give --force to replace it"):
+        check_whole_target(str(dest), "jsonl")
+    check_whole_target(str(dest), "jsonl", force=True)
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(UsageError, match="is a directory"):
+        check_whole_target(str(tmp_path / "d.jsonl"), "jsonl", force=True)

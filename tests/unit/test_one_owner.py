@@ -91,7 +91,6 @@ CUT_THEIR_OWN = {
     "zotsink/_core/blocks.py",  # BlockEncoder's line-by-line path
     "zotsink/_run/pool.py",  # a task's stdout
     "zotsink/_run/tasks.py",  # the task list
-    "zotsink/_collect/export.py",  # cat -o's reader
 }
 
 

@@ -42,13 +42,20 @@ _HEAD: Final = struct.Struct("<QqQ16sIII")
 #: Default of ``--min-age`` (seconds) when ``--remove-sources`` is given.
 MIN_AGE: Final = 3600.0
 _OPEN: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: Archive endings and their tarfile write modes; ``.tar`` last, as ``.tar.gz`` ends in none.
+_TAR_MODES: Final = (
+    (".tar.gz", "w:gz"),
+    (".tgz", "w:gz"),
+    (".tar.bz2", "w:bz2"),
+    (".tar.xz", "w:xz"),
+    (".tar", "w"),
+)
 
 
 def archive_mode(path: str) -> str | None:
     """The tarfile write mode for an archive name, or None for a name that is no tar."""
     low = path.lower()
-    for end, mode in ((".tar.gz", "w:gz"), (".tgz", "w:gz"), (".tar.bz2", "w:bz2"),
-                      (".tar.xz", "w:xz"), (".tar", "w")):  # fmt: skip
+    for end, mode in _TAR_MODES:
         if low.endswith(end):
             return mode
     return None
@@ -70,6 +77,7 @@ class Candidates:
     def __init__(self, directory: str | None) -> None:
         self.spool = Spool(directory)
         self.count = 0
+        self._left_out: set[int] = set()
 
     def add(
         self, file_no: int, path: str, name: str, data: bytes, mtime_ns: int, root: str = ""
@@ -84,7 +92,14 @@ class Candidates:
         self.spool.write(head + p + n)
         self.count += 1
 
+    def leave_out(self, file_nos: set[int]) -> None:
+        """These files were not collected after all (``--input auto`` skipped their layout):
+        they are never archived nor removed."""
+        self._left_out = file_nos
+        self.count = sum(1 for _ in self)
+
     def __iter__(self) -> Iterator[Candidate]:
+        left_out = self._left_out
         rest = b""
         for chunk in self.spool.chunks():
             buf = rest + chunk
@@ -96,9 +111,11 @@ class Candidates:
                     break
                 p = buf[pos + _HEAD.size : pos + _HEAD.size + lp]
                 n = buf[pos + _HEAD.size + lp : end]
-                yield Candidate(no, mtime, size, dig, os.fsdecode(p),
-                                n.decode("utf-8", "surrogateescape"), cut)  # fmt: skip
                 pos = end
+                if no in left_out:
+                    continue
+                name = n.decode("utf-8", "surrogateescape")
+                yield Candidate(no, mtime, size, dig, os.fsdecode(p), name, cut)
             rest = buf[pos:]
 
     def close(self) -> None:

@@ -4,14 +4,16 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
 
 1. Read. Files arrive in output order (:mod:`zotsink._collect.sources`: sorted walks, tar
    archives read in place and sorted). Each is parsed whole (:mod:`zotsink._collect.parse`;
-   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed. Its records
+   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed; under
+   ``--input auto`` the files of plain lines wait in a table of their own until the vote on
+   the collection's layout (:mod:`zotsink._collect.layout`) keeps one kind. Its records
    are encoded at once over the columns known so far and written to a spool
    (:mod:`zotsink._collect.table`, :mod:`zotsink._collect.spool`: in memory up to 32 MiB, then
    an unlinked file in ``$TMPDIR``), while the union of fields grows in first-seen order.
    De-duplication keeps only 16-byte digests: a set of row digests (``exact``), or per key
    the digest, or ``(mtime, order, spool offset)`` of the winner (``key``, ``--keep last``).
    A one-line ``key:value`` file with the keys of files before it takes a quick lane to the
-   same bytes (:mod:`zotsink._collect.rows`), at half the cost.
+   same bytes (:class:`zotsink._collect.table.QuickLane`), at half the cost.
 2. Write. The header is now known. The spool is read back, each row completed with empty
    trailing cells, and appended to OUT through :class:`zotsink._core.writer.Writer` (the locked
    append path, header checked against an existing OUT) in batches of about 1 MiB that are
@@ -38,17 +40,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Final
 
+from .._core.fileio import split_lines
 from .._core.options import write_options
 from .._core.records import decode_row
 from ..errors import HeaderMismatch, InputError, LockError, WriteError
 from .archive import Candidates, make_archive, remove_sources
+from .layout import FIELDS, LINES, Layout, held, misfit, winner
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
 from .read import MAX_FILE_SIZE
-from .rows import QuickLane
 from .sources import Exclude, count_items, iter_items
 from .spool import Spool
-from .table import OutState, Table, fixed_columns, read_out, source_digest
+from .table import OutState, QuickLane, Table, fixed_columns, read_out, source_digest
 
 __all__ = ["CollectReport", "collect"]
 
@@ -56,6 +59,8 @@ __all__ = ["CollectReport", "collect"]
 BATCH_BYTES: Final = 1 << 20
 #: Files between two progress calls.
 _PROGRESS_EVERY: Final = 512
+#: Files between two moves of the layouts' file names to their spools.
+_SPILL_EVERY: Final = 4096
 
 #: ``progress(phase, done, total)``: phase ``read`` (files and skipped entries; total 0 while
 #: unknown, as for an archive) or ``write`` (records).
@@ -143,6 +148,7 @@ def collect(
     temp_dir: str | None = None,
     min_age: float | None = None,
     max_file_size: int | str = MAX_FILE_SIZE,
+    force: bool = False,
 ) -> CollectReport:
     """Merge the tiny files of ``sources`` into the table ``output``; a :class:`CollectReport`.
 
@@ -150,7 +156,9 @@ def collect(
     ``stdin`` (default ``sys.stdin``). The options are those of ``zotsink collect``.
     ``min_age`` (seconds; default 3600 with ``remove_sources``, else 0): a file modified
     more recently is collected but not removed. ``max_file_size`` (bytes, or ``"16M"``): a
-    bigger file or archive member is skipped unread (an error under ``strict``).
+    bigger file or archive member is skipped unread (an error under ``strict``). ``force``:
+    replace a ``.jsonl`` or ``.parquet`` OUT that exists (atomically, once the new one is
+    whole); without it such an OUT is refused.
     Raises :class:`UsageError` for options that cannot work, :class:`InputError` for a file
     that cannot be read or parsed under ``strict``, :class:`HeaderMismatch` when OUT has other
     columns (nothing written), and :class:`LockTimeout`/:class:`WriteError` when a batch could
@@ -162,41 +170,70 @@ def collect(
     # the options every record writer shares, refused in the same words as everywhere
     write_options(lock=lock, sync=sync, timeout=timeout, batch_bytes=batch_bytes)
     o = check_options(
-        sources, output, input=input, source_column=source_column, name_pattern=name_pattern,
-        dedup=dedup, key=key, keep=keep, skip_collected=skip_collected, archive=archive,
-        remove_sources=remove_sources, yes=yes, strict=strict, jobs=jobs, batch_bytes=batch_bytes,
-        min_age=min_age, max_file_size=max_file_size,
-    )  # fmt: skip
+        sources,
+        output,
+        input=input,
+        source_column=source_column,
+        name_pattern=name_pattern,
+        dedup=dedup,
+        key=key,
+        keep=keep,
+        skip_collected=skip_collected,
+        archive=archive,
+        remove_sources=remove_sources,
+        yes=yes,
+        strict=strict,
+        jobs=jobs,
+        batch_bytes=batch_bytes,
+        min_age=min_age,
+        max_file_size=max_file_size,
+        force=force,
+    )
     rep = CollectReport(output=o.output, archive=o.archive)
     state: OutState | None = None
     if (o.skip_collected or o.dedup != "none") and not o.whole and _has_rows(o.output):
-        state = read_out(o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout,
-                         skip=o.skip_collected)  # fmt: skip
+        state = read_out(
+            o.output, o.fmt, o.source_column, o.dedup, o.key, lock, timeout, skip=o.skip_collected
+        )
         if state.torn:
             rep.notes.append(
                 f"{o.output} ends in a torn line from an interrupted write: after this collect, "
                 f"run `zotsink verify --repair {o.output}`"
             )
-    spool = Spool(temp_dir)
+    spools: list[Spool] = []
     cands = Candidates(temp_dir) if (o.archive or o.remove) else None
     try:
-        seeded = _seed_header(o, fixed_columns(o.source_column, o.pattern))
-        table = Table(
-            "tsv" if o.whole else o.fmt, o.source_column, o.pattern, o.dedup, o.key, o.keep,
-            spool, seeded, state,
-        )  # fmt: skip
-        _read(o, table, rep, cands, stdin if stdin is not None else sys.stdin, temp_dir, progress)
+        # a whole OUT is written new: a file there (--force) has no say in the columns
+        seeded = None if o.whole else _seed_header(o, fixed_columns(o.source_column, o.pattern))
+
+        def new_table() -> Table:
+            spools.append(Spool(temp_dir))
+            return Table(
+                "tsv" if o.whole else o.fmt,
+                o.source_column,
+                o.pattern,
+                o.dedup,
+                o.key,
+                o.keep,
+                spools[-1],
+                seeded,
+                state,
+            )
+
+        src = stdin if stdin is not None else sys.stdin
+        table = _read(o, new_table, rep, cands, src, temp_dir, progress)
         if o.dedup == "key":
             table.check_key()
         rep.header = tuple(table.columns)
-        rep.duplicates, rep.conflicts, rep.unmatched = (
-            table.duplicates, table.conflicts, table.unmatched,
-        )  # fmt: skip
+        rep.duplicates = table.duplicates
+        rep.conflicts = table.conflicts
+        rep.unmatched = table.unmatched
         _write(o, table, rep, lock, sync, timeout, progress)
         if cands is not None:
             _tidy(o, cands, table, rep, since_ns)
     finally:
-        spool.close()
+        for spool in spools:
+            spool.close()
         if cands is not None:
             cands.close()
     rep.seconds = time.perf_counter() - t0
@@ -220,23 +257,71 @@ def _exclude(o: Options) -> Exclude:
 
 def _read(
     o: Options,
-    table: Table,
+    new_table: Callable[[], Table],
     rep: CollectReport,
     cands: Candidates | None,
     stdin: IO[str],
     temp_dir: str | None,
     progress: Progress | None,
+) -> Table:
+    """Pass 1: read, parse and spool every file; skipped files are listed in ``rep``. The
+    table of the files collected: under ``--input auto``, those of the layout most files
+    have (:mod:`zotsink._collect.layout`)."""
+    if o.input != "auto":
+        table = new_table()
+        _read_files(o, table, [], rep, cands, stdin, temp_dir, progress, new_table)
+        return table
+    layouts = [Layout(FIELDS, new_table(), temp_dir)]  # and the lines, once a file has them
+    try:
+        table = layouts[0].table
+        out = held(table.columns[len(table.fixed) :])  # seeded from OUT's header
+        _read_files(o, table, layouts, rep, cands, stdin, temp_dir, progress, new_table)
+        won, lost = winner(layouts[0], layouts[1] if len(layouts) > 1 else None, out)
+        if lost is not None:
+            why = misfit(lost, won, out)
+            if o.strict:
+                raise InputError(f"{lost.first}: {why}; nothing was written (--strict)")
+            rep.skipped.extend((name, why) for name in lost.names)
+            rep.files -= lost.files
+            if cands is not None:
+                cands.leave_out(set(lost.numbers))
+        return won.table
+    finally:
+        for layout in layouts:
+            layout.close()
+
+
+def _read_files(
+    o: Options,
+    table: Table,
+    layouts: list[Layout],
+    rep: CollectReport,
+    cands: Candidates | None,
+    stdin: IO[str],
+    temp_dir: str | None,
+    progress: Progress | None,
+    new_table: Callable[[], Table],
 ) -> None:
-    """Pass 1: read, parse and spool every file; skipped files are listed in ``rep``."""
+    """Every file read and added to ``table``; with ``layouts`` (``--input auto``), a file
+    of plain lines goes to a table of its own, and each file with records is counted in its
+    layout."""
     collected = table.state.sources if o.skip_collected else None
     want_stat = cands is not None or (o.dedup == "key" and o.keep == "last")
     items = iter_items(
-        o.sources, stdin=stdin, jobs=o.jobs, want_stat=want_stat, exclude=_exclude(o),
-        staging=temp_dir, notes=rep.notes,
+        o.sources,
+        stdin=stdin,
+        jobs=o.jobs,
+        want_stat=want_stat,
+        exclude=_exclude(o),
+        staging=temp_dir,
+        notes=rep.notes,
         wanted=(lambda name: source_digest(name) not in collected) if collected else None,
         limit=o.max_file_size,
-    )  # fmt: skip
+    )
     inp, add, skipped = o.input, table.add, rep.skipped
+    fields = layouts[0] if layouts else None
+    if fields is not None:  # for the quick lane's files: bound once
+        field_no, field_name = fields.numbers.append, fields.names.append
     # files like the ones before skip parse and Table.add (in the usual directory all but two)
     lane = QuickLane(table, inp) if QuickLane.usable(table, inp) else None
     take = lane.take if lane is not None else None
@@ -258,7 +343,7 @@ def _read(
             continue
         if take is None or not take(it.data, it.name, it.base):
             try:
-                recs = parse(it.data, it.base, inp)
+                fmt, recs = parse(it.data, it.base, inp)
             except Unparsable as e:
                 if o.strict:
                     raise InputError(
@@ -267,9 +352,23 @@ def _read(
                     ) from None
                 skipped.append((it.name, e.reason))
                 continue
-            add(it.name, it.base, recs, it.mtime_ns, n)
-            if lane is not None:
-                lane.learn(it.data, recs)
+            if fields is not None and recs and fmt == "lines":
+                if len(layouts) == 1:
+                    layouts.append(Layout(LINES, new_table(), temp_dir))
+                layouts[1].table.add(it.name, it.base, recs, it.mtime_ns, n)
+                layouts[1].add(n, it.name, it.path or it.name)
+            else:
+                add(it.name, it.base, recs, it.mtime_ns, n)
+                if fields is not None and recs:  # a file without records has no vote
+                    fields.add(n, it.name, it.path or it.name)
+                if lane is not None:
+                    lane.learn(it.data, recs)
+        elif fields is not None:  # the lane takes no layout's first file: it learns from two
+            field_no(n)
+            field_name(it.name)
+        if not n % _SPILL_EVERY:
+            for layout in layouts:
+                layout.names.spill()
         rep.files += 1
         if cands is not None and it.path is not None:
             cands.add(n, it.path, it.name, it.data, it.mtime_ns, it.root)
@@ -321,12 +420,12 @@ def _write_whole(o: Options, table: Table, rep: CollectReport, progress: Progres
     n = len(table.columns)
 
     def rows() -> Iterator[list[str]]:
-        for data, _count in table.batches(o.batch_bytes):
-            for line in data.decode("utf-8", "surrogateescape").split("\n")[:-1]:
-                cells = decode_row(line, "tsv")
-                yield cells if len(cells) == n else cells + [""] * (n - len(cells))
+        # a batch is whole rows, each ending in a newline: no piece is left over
+        for line in split_lines(data for data, _count in table.batches(o.batch_bytes)):
+            cells = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
+            yield cells if len(cells) == n else cells + [""] * (n - len(cells))
 
-    rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows)
+    rep.records, _types = write_whole(o.output, o.fmt, table.columns, rows, o.force)
     if progress is not None:
         progress("write", rep.records, table.records)
 

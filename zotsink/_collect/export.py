@@ -4,7 +4,9 @@
 is no append target (a Parquet file cannot grow by a locked ``write``): it is written to a
 temporary name beside it (``X.tmp.PID``), fsynced, and linked into place only when whole, so
 a reader never sees half of one and a killed run leaves no half file under the final name. An
-existing file is never replaced: the caller refuses it before anything is read.
+existing file is refused before anything is read, unless ``force`` is given: then the finished
+file is renamed over it, so a reader sees the old table or the new one, never a mix, and a
+write that fails leaves the old one as it was.
 
 Each column gets the narrowest type that holds every one of its non-empty values: integer
 (64-bit, no leading zeros: ``007`` is a label, not 7), then float (finite decimal or
@@ -22,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Final
 
-from .._core.fileio import fsync_dir
+from .._core.fileio import fsync_dir, split_lines
 from .._core.records import decode_row, encode_row, format_for
 from ..errors import RecordError, UsageError, WriteError
 
@@ -61,6 +63,8 @@ _FLOAT_RE: Final = re.compile(
     r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
 )
 _INT64: Final = 1 << 63
+#: A new temporary file: never an existing one, never through a symlink planted at its name.
+_CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def output_format(path: str) -> str:
@@ -92,14 +96,19 @@ def _require_pyarrow() -> Any:
     return pyarrow
 
 
-def check_whole_target(path: str, fmt: str) -> None:
-    """Refuse, before anything is read, a whole-file output that cannot be written."""
+def check_whole_target(path: str, fmt: str, force: bool = False) -> None:
+    """Refuse, before anything is read, a whole-file output that cannot be written: one
+    that exists already (unless ``force``), or a directory."""
     if fmt == "parquet":
         _require_pyarrow()
-    if os.path.lexists(path):
+    if not os.path.lexists(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise UsageError(f"{path} is a directory: name the .{fmt} file to write")
+    if not force:
         raise UsageError(
             f"{path} exists already: .{fmt} files are written whole, not appended to; "
-            "choose a new name, or remove it to write it again"
+            "give --force to replace it, or choose a new name"
         )
 
 
@@ -171,8 +180,8 @@ def _write_parquet(
     pa = _require_pyarrow()
     import pyarrow.parquet as pq
 
-    types = [pa.int64() if k == _INT else pa.float64() if k == _FLOAT else pa.string()
-             for k in kinds]  # fmt: skip
+    arrow_type = {_INT: pa.int64(), _FLOAT: pa.float64()}
+    types = [arrow_type.get(k, pa.string()) for k in kinds]
     schema = pa.schema(list(zip(header, types)))
     conv = _converters(kinds)
     n = 0
@@ -189,8 +198,12 @@ def _write_parquet(
     return n
 
 
-def _place(tmp: str, path: str) -> None:
-    """Put the finished file at ``path``, never over a file that appeared there meanwhile."""
+def _place(tmp: str, path: str, force: bool) -> None:
+    """Put the finished file at ``path``: with ``force`` over whatever is there (a symlink
+    there is replaced, not followed), else never over a file that appeared there meanwhile."""
+    if force:
+        os.rename(tmp, path)  # atomic: the old file or the new one, never neither
+        return
     try:
         os.link(tmp, path)  # fails when path exists: nothing is replaced
     except FileExistsError:
@@ -219,20 +232,21 @@ def write_whole(
     fmt: str,
     header: Sequence[str],
     rows: Callable[[], Iterable[Sequence[str]]],
+    force: bool = False,
 ) -> tuple[int, list[str]]:
     """Write ``header`` and the rows to ``path`` as ``fmt`` (jsonl or parquet), whole.
 
     ``rows()`` is called twice (types first, then the writing) and must give the same rows
-    both times. Returns the rows written and the type of each column. Raises WriteError when
-    the file cannot be written; nothing is then left under ``path``.
+    both times. Returns the rows written and the type of each column. ``force``: replace a
+    file at ``path`` (atomically). Raises WriteError when the file cannot be written; nothing
+    is then left under ``path``, or the file that was there is left as it was.
     """
     types = ColumnTypes(len(header))
     for row in rows():
         types.add(row)
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666)  # fmt: skip
+        fd = os.open(tmp, _CREATE, 0o666)
     except OSError as e:
         raise WriteError(f"cannot create {tmp}: {e.strerror}", path=path) from e
     try:
@@ -241,7 +255,7 @@ def write_whole(
             n = write(f, header, types.kinds, rows())
             f.flush()
             os.fsync(f.fileno())
-        _place(tmp, path)
+        _place(tmp, path, force)
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         with contextlib.suppress(OSError):
@@ -263,11 +277,14 @@ def export(
     lock: str = "auto",
     timeout: float = 600.0,
     temp_dir: str | None = None,
+    force: bool = False,
 ) -> int:
     """Write a consistent snapshot of OUT to ``dest`` (``.jsonl`` or ``.parquet``), whole,
     with the column types inferred; the number of rows written (``zotsink cat OUT -o
     FILE``). OUT's first line is its header (an OUT in lines format has one column,
-    ``line``). Nothing is written under ``dest`` unless all of it is.
+    ``line``). Nothing is written under ``dest`` unless all of it is. An existing ``dest``
+    is refused (UsageError) unless ``force``: then it is replaced atomically, and left as it
+    was when the export fails.
     """
     from .._read import read_records
     from .spool import Spool
@@ -279,7 +296,7 @@ def export(
             f"{path}: cat -o writes .jsonl or .parquet; for a .{fmt} copy redirect stdout: "
             f"zotsink cat {src} > {path}"
         )
-    check_whole_target(path, fmt)
+    check_whole_target(path, fmt, force)
     in_fmt = format_for(src)
     rows = read_records(src, format=in_fmt, lock=lock, timeout=timeout)
     header = ["line"] if in_fmt == "lines" else next(rows, None)
@@ -298,14 +315,11 @@ def export(
             spool.write((encode_row(row, "tsv") + "\n").encode("utf-8", "surrogateescape"))
 
         def spooled() -> Iterator[list[str]]:
-            rest = b""
-            for chunk in spool.chunks():
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-                for ln in lines:
-                    yield decode_row(ln.decode("utf-8", "surrogateescape"), "tsv")
+            # every spooled row ends in a newline: no piece is left over
+            for ln in split_lines(spool.chunks()):
+                yield decode_row(ln.decode("utf-8", "surrogateescape"), "tsv")
 
-        n, _types = write_whole(path, fmt, header, spooled)
+        n, _types = write_whole(path, fmt, header, spooled, force)
     finally:
         spool.close()
     return n

@@ -42,6 +42,7 @@ class Options(NamedTuple):
     batch_bytes: int
     min_age: float  # seconds (--remove-sources)
     max_file_size: int  # bytes
+    force: bool = False  # replace a .jsonl/.parquet OUT
 
     @property
     def whole(self) -> bool:
@@ -82,6 +83,7 @@ def check_options(
     batch_bytes: int,
     min_age: float | None = None,
     max_file_size: int | str = MAX_FILE_SIZE,
+    force: bool = False,
 ) -> Options:
     """Validate the options before anything is read; UsageError says what to change."""
     if isinstance(sources, (str, os.PathLike)):
@@ -104,7 +106,12 @@ def check_options(
                 f"--skip-collected resumes a table that is appended to; a .{fmt} OUT is "
                 "written whole: collect into .tsv or .csv to resume"
             )
-        check_whole_target(out, fmt)
+        check_whole_target(out, fmt, force)
+    elif force:
+        raise UsageError(
+            f"--force replaces a .jsonl or .parquet OUT, which is written whole; {out} is "
+            f"appended to: leave --force out"
+        )
     if input not in INPUTS:
         raise UsageError(f"unknown --input {input!r}: use one of {', '.join(INPUTS)}")
     if dedup not in DEDUP_MODES:
@@ -146,13 +153,28 @@ def check_options(
         )
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    if batch_bytes < 1:
-        raise UsageError(f"--batch-bytes must be positive, not {batch_bytes}")
+    # batch_bytes, with lock, sync and timeout, was checked by write_options, as every
+    # record writer checks them
     return Options(
-        srcs, out, fmt, input, source_column, pattern, dedup, keys, keep, skip_collected, arch,
-        remove_sources, strict, jobs, batch_bytes, check_min_age(min_age, remove_sources),
-        parse_size(max_file_size),
-    )  # fmt: skip
+        sources=srcs,
+        output=out,
+        fmt=fmt,
+        input=input,
+        source_column=source_column,
+        pattern=pattern,
+        dedup=dedup,
+        key=keys,
+        keep=keep,
+        skip_collected=skip_collected,
+        archive=arch,
+        remove=remove_sources,
+        strict=strict,
+        jobs=jobs,
+        batch_bytes=batch_bytes,
+        min_age=check_min_age(min_age, remove_sources),
+        max_file_size=parse_size(max_file_size),
+        force=force,
+    )
 
 
 #: The longest --min-age: ten years, a bound that keeps the arithmetic exact.

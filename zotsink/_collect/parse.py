@@ -40,8 +40,9 @@ class Unparsable(Exception):
         self.reason = reason
 
 
-def parse(data: bytes, name: str, mode: str = "auto") -> list[Rec]:
-    """The records of one file's bytes; ``name`` (its file name) helps the sniffing."""
+def parse(data: bytes, name: str, mode: str = "auto") -> tuple[str, list[Rec]]:
+    """The format one file's bytes were read as (``mode``, or what sniffing found) and their
+    records; ``name`` (its file name) helps the sniffing."""
     if b"\0" in data:
         raise Unparsable(f"binary (NUL byte at offset {data.find(NUL)})")
     try:
@@ -55,10 +56,10 @@ def parse(data: bytes, name: str, mode: str = "auto") -> list[Rec]:
     if mode == "auto":
         mode, sep = _sniff(text, name)
         if mode == "kv":
-            return _kv(text, sep)
+            return mode, _kv(text, sep)
     elif mode == "kv":
-        return _kv(text, _sep(_first_token(text)))
-    return _PARSERS[mode](text)
+        return mode, _kv(text, _sep(_first_token(text)))
+    return mode, _PARSERS[mode](text)
 
 
 def sniff(text: str, name: str) -> str:

@@ -15,8 +15,7 @@ from typing import IO, Final
 
 from .._core.fileio import is_tar_name
 from .._core.fsinfo import is_network, mount_for
-from .pipe import read_items
-from .read import ARCHIVE, LISTED_DIR, MAX_FILE_SIZE, Item, Task, item
+from .read import ARCHIVE, LISTED_DIR, MAX_FILE_SIZE, Item, Task, item, read_items
 from .tar import read_archive
 from .walk import walk
 

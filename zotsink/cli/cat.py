@@ -20,9 +20,16 @@ from ._common import CONTEXT, read_lock_options, run_api, say, stdout_closed
     type=click.Path(dir_okay=False),
     help="Write the snapshot to FILE instead: a .jsonl or .parquet (typed columns) FILE.",
 )
+@click.option("--force", is_flag=True, help="With -o: replace FILE if it exists (atomically).")
 @read_lock_options
 def cat_cmd(
-    out: str, member: str | None, listing: bool, dest: str | None, lock: str, timeout: float
+    out: str,
+    member: str | None,
+    listing: bool,
+    dest: str | None,
+    force: bool,
+    lock: str,
+    timeout: float,
 ) -> None:
     """Print a consistent copy of OUT: never a half-written batch.
 
@@ -32,10 +39,12 @@ def cat_cmd(
     """
     from .. import iter_snapshot, snapshot
 
+    if force and dest is None:
+        raise click.UsageError("--force replaces the file of -o DEST: add -o DEST")
     if dest is not None:
         from .. import export
 
-        n = run_api(lambda: export(out, dest, lock=lock, timeout=timeout))
+        n = run_api(lambda: export(out, dest, lock=lock, timeout=timeout, force=force))
         say(f"wrote {n} rows to {dest}")
         return
     if member is not None or listing:

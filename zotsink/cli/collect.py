@@ -73,7 +73,8 @@ class _Bar:
     type=click.Choice(["auto", "kv", "tsv", "csv", "jsonl", "lines"]),
     default="auto",
     show_default=True,
-    help="How each file is parsed; auto sniffs every file.",
+    help="How each file is parsed. auto sniffs every file, then keeps the layout most "
+    "files have (records, or plain lines) and skips and lists the others.",
 )
 @click.option(
     "--source-column",
@@ -125,6 +126,9 @@ class _Bar:
 )
 @click.option("--strict", is_flag=True, help="A file that cannot be read or parsed is an error.")
 @click.option(
+    "--force", is_flag=True, help="Replace a .jsonl or .parquet OUT that exists (atomically)."
+)
+@click.option(
     "--jobs", type=click.IntRange(min=1), help="Parallel readers [default: 1 local, 8 network]."
 )
 @click.option("--progress/--no-progress", default=None, help="[default: on when stderr is a TTY]")
@@ -155,6 +159,7 @@ def collect_cmd(
     min_age: str | None,
     max_file_size: str,
     strict: bool,
+    force: bool,
     jobs: int | None,
     progress: bool | None,
     lock: str,
@@ -166,7 +171,8 @@ def collect_cmd(
 ) -> None:
     """Merge the tiny files of SOURCE... (directories, files, tar archives, - for a list of
     paths on stdin) into one de-duplicated table OUT, through the locked append path.
-    OUT ending in .jsonl or .parquet is written whole instead (a new file).
+    OUT ending in .jsonl or .parquet is written whole instead (a new file; --force
+    replaces one that exists).
 
     \b
       zotsink collect results/ -o results.tsv
@@ -180,7 +186,7 @@ def collect_cmd(
     (it is in a spill file: run `zotsink recover OUT`, then collect again with
     --skip-collected).
     """
-    from .._collect.collect import CollectReport, collect
+    from .. import CollectReport, collect
 
     set_verbosity(verbose, quiet)
     show = sys.stderr.isatty() if progress is None else progress
@@ -204,6 +210,7 @@ def collect_cmd(
                 min_age=min_age,
                 max_file_size=max_file_size,
                 strict=strict,
+                force=force,
                 jobs=jobs,
                 lock=lock,
                 sync=sync,
