@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
-from .._core.fileio import open_created, write_all
+from .._core.fileio import open_created, side_file_problem, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
@@ -260,11 +260,28 @@ def _save(path: str, e: ZotsinkError, blob: bytes) -> None:
 
 
 def _open_index(path: str, mode: int) -> int:
-    return open_created(
-        index_path(path),
-        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+    idx = index_path(path)
+    # O_NONBLOCK: a FIFO planted at the name must not hang the open before it is refused
+    fd = open_created(
+        idx,
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
         mode,
     )
+    try:
+        # the index may be shared like the archive, but never planted, and never a FIFO
+        problem = side_file_problem(os.fstat(fd), idx, own=False)
+        if problem:
+            raise WriteError(
+                f"{idx}, the index of {path}, is not written to: {problem}; choose "
+                "another archive (and ask its owner or an administrator to remove it)",
+                path=idx,
+                errno=errno.EPERM,
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _append_locked(

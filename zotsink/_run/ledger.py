@@ -21,12 +21,12 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from .._core import sidefiles
-from .._core.fileio import pread_chunks
+from .._core.fileio import pread_chunks, side_file_problem
 from .._core.records import Encoder, decode_row, unescape_tsv
 from .._core.stamp import stamp_values, utc_now
 from .._core.writer import Writer
 from .._read import snapshot
-from ..errors import InputError, ZotsinkWarning
+from ..errors import InputError, UsageError, ZotsinkWarning
 
 __all__ = [
     "END_STATES",
@@ -111,7 +111,15 @@ class Ledger:
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout
-        self.writer = Writer(self.path, lock=lock, sync="fsync", header=self.encoder.header_line())
+        # A side file: never through a link, only ever this user's (a ledger planted with
+        # forged ok rows would make every task be skipped).
+        self.writer = Writer(
+            self.path,
+            lock=lock,
+            sync="fsync",
+            header=self.encoder.header_line(),
+            side_file=True,
+        )
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
         started = proc_start(os.getpid())
@@ -192,10 +200,19 @@ class LedgerScan:
         self.torn: list[int] = []  # line numbers of the torn rows seen
         self._fd = -1
         self._size = 0
+        self.width = 0
         if not os.path.lexists(self.path):
             return
         self._fd, self._size = snapshot(self.path, lock=lock, timeout=timeout)
-        self.width = 0
+        problem = side_file_problem(os.fstat(self._fd))
+        if problem:
+            self.close()
+            raise UsageError(
+                f"the ledger {self.path} is not to be trusted ({problem}): a ledger is only "
+                "ever your own, and another user may have put this one there to make your "
+                "runs skip their tasks; remove it, or give --ledger a path of your own",
+                path=self.path,
+            )
 
     @property
     def exists(self) -> bool:
