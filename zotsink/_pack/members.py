@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import warnings
 
 from .._core.fileio import side_file_problem
@@ -71,8 +72,8 @@ def _checked_rows(path: str, fd: int) -> list[Row]:
         why = f"lacks the last {len(found)} member(s) of the archive"
     if why is not None and (found or size):
         warnings.warn(
-            f"{idx} {why}; listed from the archive itself (`zotsink verify --repair` "
-            "rebuilds the index)",
+            f"{idx} {why}; walking the archive instead (`zotsink verify --repair` rebuilds "
+            "the index)",
             ZotsinkWarning,
             stacklevel=3,
         )
@@ -84,9 +85,11 @@ def _index_rows(idx: str) -> tuple[list[Row], str | None]:
     try:
         st = os.stat(idx)
     except FileNotFoundError:
-        return [], "is missing"
+        return [], "is missing (or no regular file)"
     except OSError as e:
         return [], f"cannot be read ({e.strerror or e})"
+    if not stat.S_ISREG(st.st_mode):
+        return [], "is missing (or no regular file)"
     problem = side_file_problem(st, idx, own=False)
     if problem:
         return [], f"is not used ({problem})"
