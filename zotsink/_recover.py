@@ -32,11 +32,16 @@ from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
 from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
 from ._core.writer import Writer, seen_first_line
+from ._run.ledger import LEDGER_COLUMNS
 
 __all__ = ["RecoverReport", "recover"]
 
 #: Longest journal recover writes; anything longer was not written by recover.
 _JOURNAL_MAX: Final = 4096
+
+#: Headers known by their content, whatever the file's name: a first line equal to one of
+#: these is a header in OUT and in a spill file (the ledger of ``zotsink run``).
+_KNOWN_HEADERS: Final = ("\t".join(LEDGER_COLUMNS).encode() + b"\n",)
 
 
 def _sha256(data: bytes = b"") -> Any:
@@ -189,21 +194,41 @@ def _digest_at(fd: int, size: int, pos: int, length: int) -> str | None:
 class _Claim:
     """The writer's ``prepare`` hook for one spill file: runs under OUT's lock.
 
-    A tsv/csv spill file whose first line is OUT's header gives that line up when OUT
-    already starts with it.
+    A spill file whose first line is OUT's header gives that line up (see
+    :meth:`repeats_header`).
     """
 
-    def __init__(self, journal: _Journal, data: bytes, headed: bool) -> None:
+    def __init__(self, journal: _Journal, data: bytes, table: bool) -> None:
         self.journal = journal
         self.digest = _sha256(data).hexdigest()
         nl = data.find(b"\n")
-        self.first = data[: nl + 1] if headed and nl >= 0 else None
+        self.first = data[: nl + 1] if nl >= 0 else b""
+        self.table = table
         self.skipped_header = False
+
+    def repeats_header(self, fd: int, st: os.stat_result) -> bool:
+        """Whether the spill file's first line is a header OUT already starts with, from
+        what the two files hold (a name says what a file should be, not what it is).
+
+        A header is only ever written by a writer that had one: first into an empty OUT,
+        always together with a batch of records, and first into each of its spill files.
+        So OUT's first line is a header when it is one known by its content (the ledger's),
+        or, in a table (tsv, csv), when records follow it in OUT: an OUT that is its first
+        line alone holds a record, never a header, and a spilled record equal to it is
+        kept. A ``lines`` OUT has no header unless its content says so.
+        """
+        if not self.first or not st.st_size:
+            return False
+        if seen_first_line(fd, st.st_size) != self.first:
+            return False
+        if self.first in _KNOWN_HEADERS:
+            return True
+        return self.table and st.st_size > len(self.first)
 
     def __call__(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
         if self.journal.proves(self.digest, fd, st):
             raise _Skip
-        if self.first is not None and st.st_size and seen_first_line(fd, st.st_size) == self.first:
+        if self.repeats_header(fd, st):
             data = data[len(self.first) :]
             self.skipped_header = True
         # The writer may put one newline before ``data`` (a torn tail): the journal names
@@ -214,7 +239,7 @@ class _Claim:
 
 
 def _recover_one(
-    out: str, path: str, headed: bool, lock: str, timeout: float
+    out: str, path: str, table: bool, lock: str, timeout: float
 ) -> tuple[int, int] | None:
     """Append one spill file to OUT and remove it: ``(records, bytes)``; None if gone."""
 
@@ -233,7 +258,7 @@ def _recover_one(
         if data:
             if not data.endswith(b"\n"):
                 data += b"\n"
-            claim = _Claim(journal, data, headed)
+            claim = _Claim(journal, data, table)
             try:
                 with Writer(out, lock=lock, sync="fsync", prepare=claim) as w:
                     written = w.append(data, timeout=timeout)
@@ -272,15 +297,15 @@ def recover(
     :class:`UsageError` is raised before anything is done. A spill file whose writer still
     runs on this host is left (``busy``) unless ``force``; one that cannot be trusted (not
     a regular file, planted by another user, a journal planted beside it) is left
-    (``refused``, with the reason). For a tsv or csv OUT, a spill file whose first line is
-    OUT's header gives up that line when OUT already has it.
+    (``refused``, with the reason). A spill file whose first line is OUT's header gives up
+    that line when OUT already starts with it: whether OUT has a header is decided from
+    what OUT and the spill file hold (see :meth:`_Claim.repeats_header`).
     """
     out = os.fspath(out)
-    # Only a tsv or csv OUT starts with a header (verify and read_records read it so). In
-    # lines format a spill file's first line is a record, and one equal to OUT's first line
-    # must not be taken for a repeated header and dropped; a lines OUT written with
-    # --columns may then show its header line once more, which is visible, not lost.
-    headed = format_for(out) != "lines"
+    # A table (tsv, csv) may start with a header; in lines format a first line is a record
+    # unless its content is a header zotsink knows. A lines OUT written with --columns may
+    # then show its header line once more, which is visible, not lost.
+    table = format_for(out) != "lines"
     if spills is None:
         paths = find_spills(out)
     else:
@@ -295,7 +320,7 @@ def recover(
             busy.append(p)
             continue
         try:
-            got = _recover_one(out, p, headed, lock, timeout)
+            got = _recover_one(out, p, table, lock, timeout)
         except Refused as e:
             refused.append((p, str(e)))
             continue

@@ -90,7 +90,6 @@ def test_the_pack_index_escapes_a_name_as_records_do(name: str) -> None:
 CUT_THEIR_OWN = {
     "zotsink/_core/blocks.py",  # BlockEncoder's line-by-line path
     "zotsink/_run/pool.py",  # a task's stdout
-    "zotsink/_run/tasks.py",  # the task list
 }
 
 

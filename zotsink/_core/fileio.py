@@ -146,9 +146,10 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     (opening a second one would drop an fcntl lock the moment it is closed); else O_WRONLY.
     Only a regular file is ever appended to: a FIFO or device planted at the name would
     swallow the records or hang the writer (O_NONBLOCK keeps the open itself from hanging).
-    A side file (OUT.rejects) is never followed through a symbolic link and must belong to
-    this user; OUT itself is followed through a link only where the kernel's
-    protected_symlinks rule would allow it (see :func:`_link_allowed`), whatever the sysctl.
+    A side file (OUT.rejects, the ledger) is never followed through a symbolic link and must
+    belong to this user; OUT itself is followed through a link only where the kernel's
+    protected_symlinks rule would allow it (see :func:`_link_allowed`), whatever the sysctl,
+    and is not written when another user planted it (see :func:`side_file_problem`).
     Raises ``OSError`` with the errno that says why.
     """
     flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
@@ -168,18 +169,16 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
         readable = False
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        problem = side_file_problem(st, path, own=side_file)
+        if problem and not stat.S_ISREG(st.st_mode):
             raise RefusedFile(
                 errno.EINVAL,
                 f"it is {file_kind(st.st_mode)}, not a regular file; name another OUT "
                 "(or remove it, if it was put there by mistake)",
             )
-        problem = side_file_problem(st) if side_file else None
         if problem:
-            raise RefusedFile(
-                errno.EPERM,
-                f"{problem}: a side file is only ever your own; remove it or choose another OUT",
-            )
+            rule = "a side file is only ever your own" if side_file else "it is not written to"
+            raise RefusedFile(errno.EPERM, f"{problem}: {rule}; remove it or choose another OUT")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -206,17 +205,45 @@ def open_created(path: str, flags: int, mode: int) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def side_file_problem(st: os.stat_result) -> str | None:
-    """Why a side file found at its name (``st``: its fstat) is not to be trusted, or None.
+def side_file_problem(
+    st: os.stat_result, path: str | None = None, *, own: bool = True
+) -> str | None:
+    """Why a file found at a name zotsink writes to or trusts (``st``: its fstat, taken
+    after an open that did not follow a planted link) must not be used, or None. The one
+    check for every file zotsink appends to or reads back as its own:
 
-    Side files are OUT.rejects, spill files and recover's journals. Only a regular file of
-    this user is one: in a shared directory another user may plant a file at the name, to
-    read the records written to it, or to feed records or a forged journal to recover.
+    - it is a regular file (a FIFO or device would swallow records or hang the writer);
+    - with ``own`` (``OUT.rejects``, spill files, recover's journals, the ledger): it is
+      this user's: in a shared directory another user may plant a file at the name, to
+      read the records written to it, or to feed records, rows or a forged journal back;
+    - without ``own`` (OUT, the log, a pack index: files a group may share): it was not
+      planted, that is, in a sticky directory that everyone may write to (``/tmp``, a
+      shared scratch area) it belongs to this user or to the directory's owner: the kernel's
+      ``protected_regular`` rule, whatever the sysctl. Needs ``path`` to find the
+      directory.
+
+    Links are the caller's open: a side file is opened ``O_NOFOLLOW``; OUT is followed only
+    where :func:`_link_allowed` says the kernel's ``protected_symlinks`` rule would.
     """
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
-    if st.st_uid != os.geteuid():
+    if st.st_uid == os.geteuid():
+        return None
+    if own:
         return f"it belongs to {_user_name(st.st_uid)}, not to you"
+    if path is None:
+        return None
+    try:
+        parent = os.stat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None  # the open found it: a directory that cannot be looked at is no proof
+    shared = parent.st_mode & stat.S_ISVTX and parent.st_mode & stat.S_IWOTH
+    if shared and st.st_uid != parent.st_uid:
+        return (
+            f"it belongs to {_user_name(st.st_uid)} and lies in a shared sticky directory "
+            "that belongs to neither of you, where anyone may put a file at a name you are "
+            "about to use"
+        )
     return None
 
 

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
 from .._core.backoff import STALE_HANDLE, tries
-from .._core.fileio import open_created, write_all
+from .._core.fileio import open_created, side_file_problem, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
@@ -93,6 +93,65 @@ def check_name(name: str) -> str:
     if why:
         raise RecordError(f"member name {name!r} refused: {why}")
     return name
+
+
+#: The longest name of one path component that the filesystems tar extracts to can hold
+#: (NAME_MAX of ext4, xfs, btrfs, NFS, Lustre): a longer one stores, but never extracts.
+NAME_MAX: Final = 255
+
+
+def _refuse_long_components(items: Iterable[Pending]) -> None:
+    for it in items:
+        long = [
+            p for p in it.name.split("/") if len(p.encode("utf-8", "surrogateescape")) > NAME_MAX
+        ]
+        if long:
+            raise UsageError(
+                f"member name {it.name[:80]!r}... refused: its component {long[0][:40]!r}... has "
+                f"{len(long[0].encode('utf-8', 'surrogateescape'))} bytes, over the "
+                f"{NAME_MAX} a file name may have: tar could store it but never extract it; "
+                "give a shorter --name or --prefix; nothing was appended"
+            )
+
+
+#: Per process and archive: the directories the index's names imply, with the rows list
+#: they were read from and how many of its rows (see :func:`_refuse_clashes`).
+_dirs: dict[str, tuple[list[Row], int, set[str]]] = {}
+
+
+def _refuse_clashes(path: str, rows: list[Row], cache: IndexCache) -> None:
+    """Refuse (UsageError) names that tar cannot extract beside the archive's others: a
+    member ``res`` and then ``res/x`` (``res`` would have to be a file and a directory),
+    or the other way round. Run under the archive's lock, after the index was read."""
+    known = _dirs.get(path)
+    if known is None or known[0] is not cache.rows or known[1] > len(cache.rows):
+        known = (cache.rows, 0, set())
+    dirs = known[2]
+    for r in cache.rows[known[1] :]:
+        dirs.update(_parents(r.name))
+    _dirs[path] = (cache.rows, len(cache.rows), dirs)
+    new_dirs = {d: r.name for r in rows for d in _parents(r.name)}
+    new_files = {r.name for r in rows}
+    for r in rows:
+        if r.name in dirs or r.name in new_dirs:
+            other = "a member of the archive" if r.name in dirs else repr(new_dirs[r.name])
+            why = f"{other} needs {r.name!r} as a directory"
+        else:
+            parent = next((d for d in _parents(r.name) if d in cache.names or d in new_files), None)
+            if parent is None:
+                continue
+            why = f"{parent!r} is a member (a file), and {r.name!r} needs it as a directory"
+        raise UsageError(
+            f"{path}: member name {r.name!r} refused: {why}; tar could store both but "
+            "never extract both: give another --name or --prefix; nothing was appended",
+            path=path,
+        )
+
+
+def _parents(name: str) -> list[str]:
+    """``a/b/c`` -> ``["a", "a/b"]``."""
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 @functools.lru_cache(maxsize=64)
@@ -232,7 +291,8 @@ def append_pending(
         raise UsageError(f"--timeout must not be negative, not {timeout!r}")
     if not items:
         return []
-    blob, rows = _build(items, max_member)
+    blob, rows = _build(items, max_member)  # checks each name first
+    _refuse_long_components(items)
     locker = Locker(lock, path)
     remote = wants_fsync(path)  # a network or FUSE filesystem
     fsync = sync == "fsync" or (sync == "auto" and remote)
@@ -261,11 +321,28 @@ def _save(path: str, e: ZotsinkError, blob: bytes) -> None:
 
 
 def _open_index(path: str, mode: int) -> int:
-    return open_created(
-        index_path(path),
-        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+    idx = index_path(path)
+    # O_NONBLOCK: a FIFO planted at the name must not hang the open before it is refused
+    fd = open_created(
+        idx,
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
         mode,
     )
+    try:
+        # the index may be shared like the archive, but never planted, and never a FIFO
+        problem = side_file_problem(os.fstat(fd), idx, own=False)
+        if problem:
+            raise WriteError(
+                f"{idx}, the index of {path}, is not written to: {problem}; choose "
+                "another archive (and ask its owner or an administrator to remove it)",
+                path=idx,
+                errno=errno.EPERM,
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _append_locked(
@@ -319,6 +396,7 @@ def _append_locked(
                 warnings.warn(note, ZotsinkWarning, stacklevel=4)
             if not replace:
                 _refuse_existing(path, rows, cache)
+            _refuse_clashes(path, rows, cache)
             base = settled.end
             placed = [r._replace(offset=base + r.offset) for r in rows]
             try:

@@ -28,6 +28,7 @@ __all__ = [
     "SaveCut",
     "Settled",
     "check_adoptable",
+    "indexed_end",
     "member_row",
     "rewrite_index",
     "settle",
@@ -117,6 +118,13 @@ def _verified_end(read: Reader, size: int, last: Row) -> int | None:
     if recorded is not None and recorded != last.sha256:
         return None
     return m.end
+
+
+def indexed_end(read: Reader, size: int, last: Row) -> int | None:
+    """End of the last indexed member (``last``, the index's last row) when the archive
+    has it at its offset, else None: the one test of an index against its archive, for
+    the readers as for :func:`settle`."""
+    return _verified_end(read, size, last)
 
 
 #: Saves the bytes from an offset to the end of the archive before they are cut.

@@ -2,18 +2,26 @@
 
 Both go through the index: a member is found by its row and read with one ``pread`` at its
 offset, with no scan of the archive. Only committed members have rows, and they are whole
-and never rewritten, so reading needs no lock. Without an index the archive is walked.
+and never rewritten, so reading needs no lock.
+
+The archive is the final word, as for the writers: the index is checked against it the way
+:func:`.archive.settle` checks it (its last row must name the member at that offset), and
+members after the last indexed one are read from the archive. An index that is missing,
+damaged, stale (for another archive, or from before a rebuild), or planted, is not used: the
+archive is walked, with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import warnings
 
+from .._core.fileio import side_file_problem
 from ..errors import InputError, ZotsinkWarning
 from . import tarfmt
-from .archive import member_row
+from .archive import indexed_end, member_row
 from .index import COLUMNS, Row, format_rows, index_path, read_index
 from .tarfmt import TarDamage
 
@@ -28,32 +36,67 @@ def _open(path: str) -> int:
 
 
 def list_members(path: str | os.PathLike[str]) -> list[Row]:
-    """The index rows of the archive's members, in archive order.
+    """The index rows of the archive's members, in archive order, checked against it.
 
-    Without an index the headers are walked (with a warning: ``zotsink verify --repair``
-    rebuilds it); a torn tail then ends the list.
+    When the index cannot be trusted, or misses members at the end, those rows come from
+    the archive's headers (with a warning: ``zotsink verify --repair`` rebuilds the index);
+    a torn tail (a writer still appending, or killed) then ends the list.
     """
     path = os.fspath(path)
     fd = _open(path)
     try:
-        if os.path.isfile(index_path(path)):
-            return read_index(index_path(path))[0]
-        warnings.warn(
-            f"{index_path(path)} is missing (or no regular file); walking the archive instead "
-            "(`zotsink verify --repair` rebuilds the index)",
-            ZotsinkWarning,
-            stacklevel=2,
-        )
-        read = tarfmt.file_reader(fd)
-        rows: list[Row] = []
-        try:
-            for m in tarfmt.walk(read, 0, os.fstat(fd).st_size):
-                rows.append(member_row(read, m))
-        except TarDamage:
-            pass  # the list ends at the damage; verify says where and why
-        return rows
+        return _checked_rows(path, fd)
     finally:
         os.close(fd)
+
+
+def _checked_rows(path: str, fd: int) -> list[Row]:
+    idx = index_path(path)
+    size = os.fstat(fd).st_size
+    read = tarfmt.file_reader(fd)
+    rows, why = _index_rows(idx)
+    start = 0
+    if rows:
+        end = indexed_end(read, size, rows[-1])
+        if end is None:
+            rows, why = [], "does not match the archive (its last row names no member there)"
+        else:
+            start = end
+    found: list[Row] = []
+    try:
+        for m in tarfmt.walk(read, start, size):
+            found.append(member_row(read, m))
+    except TarDamage:
+        pass  # the list ends at the damage; verify says where and why
+    if found and why is None:
+        why = f"lacks the last {len(found)} member(s) of the archive"
+    if why is not None and (found or size):
+        warnings.warn(
+            f"{idx} {why}; walking the archive instead (`zotsink verify --repair` rebuilds "
+            "the index)",
+            ZotsinkWarning,
+            stacklevel=3,
+        )
+    return rows + found
+
+
+def _index_rows(idx: str) -> tuple[list[Row], str | None]:
+    """The rows of the index when it can be used at all, else ``([], why not)``."""
+    try:
+        st = os.stat(idx)
+    except FileNotFoundError:
+        return [], "is missing (or no regular file)"
+    except OSError as e:
+        return [], f"cannot be read ({e.strerror or e})"
+    if not stat.S_ISREG(st.st_mode):
+        return [], "is missing (or no regular file)"
+    problem = side_file_problem(st, idx, own=False)
+    if problem:
+        return [], f"is not used ({problem})"
+    rows, problems = read_index(idx)
+    if problems:
+        return [], f"is damaged ({problems[0]})"
+    return rows, None
 
 
 def format_listing(rows: list[Row]) -> bytes:

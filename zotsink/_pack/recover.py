@@ -5,6 +5,11 @@ write), exactly as they would have been written. Each is appended with its origi
 attributes and provenance. A member whose name is in the archive already with the same
 sha256 is skipped, so a recover interrupted between its append and the removal of the
 spill file can simply be run again.
+
+A spilled member is never made to win silently over a newer one: tar extracts the last
+member of a name, so when the archive got a member of the same name (other data) that is
+not older than the spilled one, the spilled member is not appended and its spill tar is
+kept, named with the members and the command that adds one anyway.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from .._core.sidefiles import find_spills
 from .._core.spilltake import Refused, check_spill_names, locked_spill
 from . import tarfmt
 from .append import Pending, append_pending
-from .index import index_path, read_index
+from .index import Row, index_path, read_index
 from .tarfmt import TarDamage
 
 __all__ = ["ArchiveRecoverReport", "recover_archive"]
@@ -85,6 +90,11 @@ def recover_archive(
             skipped += e.skipped
             left.append(f"{p}: kept, it ends in damage at {e.damage}")
             continue
+        except _Superseded as e:
+            added += e.added
+            skipped += e.skipped
+            left.append(f"{p}: kept, {e}")
+            continue
         done.append(p)
     return ArchiveRecoverReport(done, added, skipped, left)
 
@@ -97,16 +107,45 @@ class _Damaged(Exception):
         self.damage, self.added, self.skipped = damage, added, skipped
 
 
+class _Superseded(Exception):
+    """Members of the spill tar that the archive has a newer member of the same name for."""
+
+    def __init__(
+        self, path: str, spill: str, newer: list[tuple[Pending, Row]], added: int, skipped: int
+    ) -> None:
+        it, row = newer[0]
+        spilled = (it.provenance or {}).get("time") or "at an unknown time"
+        names = ", ".join(repr(i.name) for i, _r in newer[:3]) + (", ..." if len(newer) > 3 else "")
+        super().__init__(
+            f"{len(newer)} of its members ({names}) are not newer than the member of the same "
+            f"name that {path} got meanwhile ({it.name!r}: spilled {spilled}, in the archive "
+            f"{row.time or 'at an unknown time'}); appended, the spilled one would be what tar "
+            f"extracts, so it was not; its other members were. To add it anyway as the "
+            f"newest: `tar -xOf {spill} NAME | zotsink pack {path} - --name NAME --replace`, "
+            f"then remove {spill}"
+        )
+        self.added, self.skipped = added, skipped
+
+
 def _recover_one(
     path: str, spill: str, fd: int, size: int, lock: str, timeout: float
 ) -> tuple[int, int]:
     """Append the members of one locked spill tar and remove it: ``(added, skipped)``."""
     data = b"".join(pread_chunks(fd, size))
     items, damage = _members(data)
-    have = {r.name: r.sha256 for r in read_index(index_path(path))[0]}
-    todo = [it for it, digest in items if have.get(it.name) != digest]
-    # replace: a spilled member is one this archive was meant to have; if a member of
-    # that name was added meanwhile, both stay, the spilled one last.
+    last = {r.name: r for r in read_index(index_path(path))[0]}
+    todo: list[Pending] = []
+    newer: list[tuple[Pending, Row]] = []
+    for it, digest in items:
+        had = last.get(it.name)
+        if had is not None and had.sha256 == digest:
+            continue  # in the archive already (a recover before this one)
+        if had is not None and not _later(it, had):
+            newer.append((it, had))
+            continue
+        todo.append(it)
+    # replace: a spilled member is one this archive was meant to have; if an older member
+    # of that name is there, both stay, the spilled one last.
     append_pending(
         path,
         todo,
@@ -117,14 +156,24 @@ def _recover_one(
         max_member=1 << 62,
         spill=False,
     )
+    skipped = len(items) - len(todo) - len(newer)
     if damage is not None:
-        raise _Damaged(damage, len(todo), len(items) - len(todo))
+        raise _Damaged(damage, len(todo), skipped)
+    if newer:
+        raise _Superseded(path, spill, newer, len(todo), skipped)
     # Only now, with the members fsynced in the archive and the spill tar still locked:
     # its writer cannot have added to it since it was read.
     with contextlib.suppress(FileNotFoundError):
         os.remove(spill)
     fsync_dir(os.path.dirname(spill) or ".")
-    return len(todo), len(items) - len(todo)
+    return len(todo), skipped
+
+
+def _later(item: Pending, row: Row) -> bool:
+    """Whether the spilled ``item`` was made after the archive's member ``row`` (provenance
+    times are UTC in one ISO form, so they compare as text); unknown is not later."""
+    spilled = (item.provenance or {}).get("time", "")
+    return bool(spilled and row.time and spilled > row.time)
 
 
 def _members(data: bytes) -> tuple[list[tuple[Pending, str]], TarDamage | None]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._check.missing import array_spec
 from ..errors import UsageError
-from .ledger import STATES, LedgerRow, TaskState, read_ledger, states_of
-from .tasks import Task, chunk_of, read_tasks, split_spec
+from .ledger import STATES, LedgerTally, TaskState
+from .tasks import Task, chunk_of, split_spec, task_lines
 
 __all__ = ["StatusReport", "parse_states", "resubmit_specs", "task_status", "tasks_in"]
 
@@ -22,7 +22,7 @@ class StatusReport(NamedTuple):
     rate: float | None  # tasks ended ok per second, from the first start to the last end
     eta: float | None  # seconds until every task is ok at that rate
     slowest: list[tuple[int, float, str]]  # (task number, seconds, task line)
-    states: dict[int, TaskState]
+    states: Mapping[int, TaskState]  # a LedgerTally: each last row is read when asked for
 
     @property
     def all_ok(self) -> bool:
@@ -53,8 +53,13 @@ class StatusReport(NamedTuple):
             "rate_per_hour": None if self.rate is None else round(self.rate * 3600, 3),
             "eta_seconds": None if self.eta is None else round(self.eta, 1),
             "slowest": [{"tasknum": n, "seconds": s, "key": k} for n, s, k in self.slowest],
-            "not_ok": array_spec(n for n, st in self.states.items() if st.state != "ok"),
+            "not_ok": array_spec(n for n in self.states if _state(self.states, n) != "ok"),
         }
+
+
+def _state(states: Mapping[int, TaskState], num: int) -> str:
+    # A tally answers without reading the task's last row again.
+    return states.state(num) if isinstance(states, LedgerTally) else states[num].state
 
 
 def _duration(seconds: float) -> str:
@@ -85,34 +90,14 @@ def task_status(
     timeout: float = 600.0,
 ) -> StatusReport:
     """Where every runnable task of ``tasks`` stands according to ``ledger``."""
-    todo, _ = read_tasks(tasks)
-    keys = {t.num: t.line for t in todo}
-    rows: list[LedgerRow] = [
-        r for r in read_ledger(ledger, lock=lock, timeout=timeout) if keys.get(r.tasknum) == r.key
-    ]
-    states = states_of(keys, rows)
-    counts = dict.fromkeys(STATES, 0)
-    for st in states.values():
-        counts[st.state] += 1
-    times = [t for t in (_epoch(r.time) for r in rows) if t is not None]
-    span = max(times) - min(times) if times else 0.0
+    keys, _ = task_lines(tasks)
+    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    counts = tally.counts()
+    start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
+    span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     eta = (len(keys) - counts["ok"]) / rate if rate else None
-    ended = [
-        (st.tasknum, float(st.last.seconds), st.last.key)
-        for st in states.values()
-        if st.last is not None and st.last.event == "end" and _is_number(st.last.seconds)
-    ]
-    ended.sort(key=lambda x: -x[1])
-    return StatusReport(len(keys), counts, rate, eta, ended[:slowest], states)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    return StatusReport(len(keys), counts, rate, eta, tally.slowest(slowest), tally)
 
 
 def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
@@ -144,10 +129,16 @@ def tasks_in(
 ) -> list[Task]:
     """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok)."""
     wanted = parse_states(states)
-    todo, _ = read_tasks(tasks)
-    rows = read_ledger(ledger, lock=lock, timeout=timeout)
-    found = states_of({t.num: t.line for t in todo}, rows)
-    return [t for t in todo if found[t.num].state in wanted]
+    path = os.fspath(ledger)
+    if not os.path.lexists(path):
+        # Before any run every task is missing; a mistyped path must not say so.
+        raise UsageError(
+            f"the ledger {path} does not exist: check the path (`zotsink run` writes "
+            "OUT.ledger beside OUT, or the file given with --ledger)"
+        )
+    keys, _ = task_lines(tasks)
+    found = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    return [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
 
 
 def resubmit_specs(

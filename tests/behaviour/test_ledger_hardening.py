@@ -1,0 +1,172 @@
+"""The ledger read back after what crashes and typos leave: a torn row, a reused pid, a
+mistyped ``--ledger`` path; and a chunk's rows found without reading the others.
+
+Every test drives real ``zotsink run``, ``status`` and ``missing`` processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from zotsink import ZotsinkWarning
+from zotsink._run.ledger import LEDGER_COLUMNS, read_ledger
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+
+
+def write_tasks(path: Path, n: int) -> Path:
+    path.write_text("".join(f"item{i}\n" for i in range(1, n + 1)))
+    return path
+
+
+def status_json(zotsink: Run, tasks: Path, out: str) -> tuple[int, dict, str]:
+    r = zotsink("status", tasks, out, "--json")
+    return r.returncode, json.loads(r.stdout or b"{}"), r.stderr.decode()
+
+
+def test_a_torn_last_row_is_skipped_once_a_run_appends_behind_it(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    tasks = write_tasks(tmp_path / "tasks.txt", 4)
+    r = zotsink("run", tasks, "out.tsv", "--index", "1", "--chunk", "2", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    ledger = tmp_path / "out.tsv.ledger"
+    # A run killed while appending its next start row: the row stops mid-field.
+    with open(ledger, "ab") as f:
+        f.write(b"start\t2026-11-24T10:00:00.000000Z\t3\titem3\t1\t\t\tnode1\t12")
+    r = zotsink("run", tasks, "out.tsv", "--index", "2", "--chunk", "2", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    lines = ledger.read_bytes().split(b"\n")
+    assert b"start\t2026-11-24T10:00:00.000000Z\t3\titem3\t1\t\t\tnode1\t12" in lines
+    code, report, err = status_json(zotsink, tasks, "out.tsv")
+    assert code == 0, err
+    assert report["total"] == 4 and report["counts"]["ok"] == 4, report
+    assert "torn row" in err and "line 6" in err, err
+    r = zotsink("missing", tasks, "--ledger", ledger)
+    assert (r.returncode, r.stdout) == (0, b""), r.stderr
+    # A third run skips all four: the torn row named no task it trusts.
+    r = zotsink("run", tasks, "out.tsv", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.tsv").read_text() == "item1\nitem2\nitem3\nitem4\n"
+
+
+def test_a_row_with_too_many_fields_is_still_an_error(tmp_path: Path, zotsink: Run) -> None:
+    tasks = write_tasks(tmp_path / "tasks.txt", 2)
+    r = zotsink("run", tasks, "out.tsv", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "out.tsv.ledger", "ab") as f:
+        f.write(b"\t".join([b"x"] * (len(LEDGER_COLUMNS) + 2)) + b"\n")
+    r = zotsink("status", tasks, "out.tsv")
+    assert r.returncode == 1
+    assert b"line 6 is not a ledger row" in r.stderr, r.stderr
+    assert b"Traceback" not in r.stderr
+
+
+def test_missing_with_a_mistyped_ledger_is_an_error(tmp_path: Path, zotsink: Run) -> None:
+    tasks = write_tasks(tmp_path / "tasks.txt", 5)
+    r = zotsink("run", tasks, "out.tsv", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    for extra in ([], ["--array"]):
+        r = zotsink("missing", tasks, "--ledger", "out.tsv.ledgr", *extra)
+        assert r.returncode == 2, r
+        assert r.stdout == b""
+        assert b"out.tsv.ledgr does not exist" in r.stderr, r.stderr
+    r = zotsink("missing", tasks, "--ledger", "out.tsv.ledger", "--array")
+    assert (r.returncode, r.stdout) == (0, b""), r.stderr
+
+
+def test_a_start_row_whose_pid_now_belongs_to_another_process_is_lost(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("echo up > ready; exec sleep 60\n")
+    os.mkfifo(tmp_path / "ready")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "zotsink", "run", tasks, "out.tsv", "--shell"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        ledger = tmp_path / "out.tsv.ledger"
+        # The task has started, so its start row is in the ledger (fsynced before).
+        assert (tmp_path / "ready").read_text() == "up\n"
+        code, report, err = status_json(zotsink, tasks, "out.tsv")
+        assert code == 1
+        assert report["counts"]["running"] == 1, (report, err)
+        os.killpg(run.pid, signal.SIGKILL)  # run and its task, as an OOM kill would
+        run.wait(timeout=30)
+        # The kernel gives run's pid to an unrelated process: this one stands in for it.
+        other = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+        )
+        try:
+            cols = ledger.read_bytes().split(b"\n")
+            head, rows = cols[0], cols[1:]
+            pid_col = LEDGER_COLUMNS.index("pid")
+            fixed = []
+            for row in rows:
+                f = row.split(b"\t")
+                if len(f) == len(LEDGER_COLUMNS):
+                    f[pid_col] = str(other.pid).encode()
+                fixed.append(b"\t".join(f))
+            ledger.write_bytes(b"\n".join([head, *fixed]))
+            code, report, err = status_json(zotsink, tasks, "out.tsv")
+            assert code == 1
+            assert report["counts"]["lost"] == 1 and report["counts"]["running"] == 0, (
+                report,
+                err,
+            )
+            r = zotsink("missing", tasks, "--ledger", ledger)
+            assert (r.returncode, r.stdout) == (0, b"echo up > ready; exec sleep 60\n"), r.stderr
+        finally:
+            other.communicate(b"")
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
+def test_a_chunk_reads_only_its_rows_and_still_sees_a_torn_one(tmp_path: Path) -> None:
+    ledger = tmp_path / "l"
+    head = "\t".join(LEDGER_COLUMNS)
+    rows = [
+        "\t".join(
+            [
+                "end",
+                "2026-11-24T10:00:00.000000Z",
+                str(n),
+                f"k{n}",
+                "1",
+                "",
+                "",
+                "h",
+                "1",
+                "ok",
+                "0",
+                "",
+                "0.5",
+                "1",
+                "2",
+                "",
+            ]
+        )
+        for n in range(1, 2001)
+    ]
+    rows.insert(700, "start\t2026-11-24T10:00:00.000000Z\t1500\tk15")  # torn, then more
+    ledger.write_text(head + "\n" + "\n".join(rows) + "\n")
+    with pytest.warns(ZotsinkWarning, match="left out 1 torn row.*line 702"):
+        got = [(r.tasknum, r.key) for r in read_ledger(ledger, tasknums={5, 1500, 1999})]
+    assert got == [(5, "k5"), (1500, "k1500"), (1999, "k1999")]
+    assert [r.tasknum for r in read_ledger(ledger, tasknums=set())] == []
+    with pytest.warns(ZotsinkWarning, match="torn"):
+        assert len(list(read_ledger(ledger))) == 2000
