@@ -30,6 +30,7 @@ _LAZY = {
     # reading
     "read_records": "zotsink._read",
     "snapshot": "zotsink._read",
+    "committed_chunks": "zotsink._read",
     "iter_snapshot": "zotsink._read",
     "is_pack_archive": "zotsink._pack.index",
     "MemberRow": "zotsink._pack.index",
@@ -112,7 +113,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.members import format_listing, list_members, read_member
     from ._pack.recover import ArchiveRecoverReport, recover_archive
     from ._pack.verify import ArchiveReport, verify_archive
-    from ._read import iter_snapshot, read_records, snapshot
+    from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.ledger import TaskState
     from ._run.runner import RunReport, run_tasks, task_states

@@ -1,10 +1,11 @@
-"""Reading OUT: a consistent snapshot under a shared lock, and its records.
+"""Reading OUT: its records from a consistent snapshot (see :mod:`zotsink._core.snapshot`).
 
-Writers only ever append whole batches under the exclusive lock (and ``verify --repair``
-replaces the inode instead of changing it), so the first ``size`` bytes seen under the
-shared lock are a consistent copy that stays valid after the lock is released. Holding the
-lock only for the fstat keeps a slow reader (``zotsink cat out | less``) from stalling
-every writer.
+When ``zotsink run`` wrote OUT, the ledger beside it (``OUT.ledger``) says which part of
+OUT each task's latest ``ok`` attempt wrote. Readers then see that committed view: each
+task's records exactly once, and nothing of attempts that failed, were interrupted or
+crashed before their row was written. ``every=True`` (``zotsink cat --all``) reads every
+line. An OUT with no ledger, or a ledger begun by a release that did not record where each
+attempt's records are, is read whole.
 """
 
 from __future__ import annotations
@@ -12,47 +13,40 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from ._core.fileio import file_kind, open_regular, pread_chunks, split_lines
-from ._core.locking import Locker, open_locked
+from ._core.fileio import pread_chunks, split_lines
 from ._core.records import csv_module, decode_row, format_for
-from .errors import InputError, RecordError
+from ._core.snapshot import iter_snapshot, snapshot
+from ._run.ledger import claims
+from .errors import RecordError
 
-__all__ = ["iter_snapshot", "read_records", "snapshot"]
-
-
-def _open_for_reading(p: str) -> int:
-    try:
-        fd, st = open_regular(p)
-    except FileNotFoundError:
-        raise InputError(f"{p} does not exist", path=p) from None
-    except IsADirectoryError:
-        raise InputError(f"{p} is a directory, not a zotsink output", path=p) from None
-    if fd < 0:  # open(2) of a directory or a FIFO for reading succeeds
-        raise InputError(f"{p} is {file_kind(st.st_mode)}, not a zotsink output", path=p)
-    return fd
+__all__ = ["committed_chunks", "iter_snapshot", "read_records", "snapshot"]
 
 
-def snapshot(
-    path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
-) -> tuple[int, int]:
-    """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd."""
+def committed_chunks(
+    path: str | os.PathLike[str],
+    *,
+    ledger: str | os.PathLike[str] | None = None,
+    every: bool = False,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Iterator[bytes]:
+    """OUT's bytes as readers see them: the committed view when a ledger is beside OUT
+    (``ledger``, default ``OUT.ledger``), every byte with ``every`` or without one."""
     p = os.fspath(path)
-    locker = Locker(lock, p)
-    (fd, _dev, _ino), st, _waited = open_locked(
-        p, lambda: _open_for_reading(p), locker, timeout, shared=True
-    )
+    fd, size = snapshot(p, lock=lock, timeout=timeout)
+    if every:
+        yield from iter_snapshot(fd, size)
+        return
     try:
-        locker.release()
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st.st_size
-
-
-def iter_snapshot(fd: int, size: int, chunk: int = 1 << 20) -> Iterator[bytes]:
-    """The first ``size`` bytes of ``fd`` in chunks; closes ``fd`` at the end."""
-    try:
-        yield from pread_chunks(fd, size, chunk)
+        # Read after OUT's snapshot: a part claimed since lies beyond it and is left out.
+        c = claims(p + ".ledger" if ledger is None else ledger, lock=lock, timeout=timeout)
+        if c is None:
+            yield from pread_chunks(fd, size)
+            return
+        yield from pread_chunks(fd, min(c.header, size))
+        for at, length in c.parts:
+            if at + length <= size:
+                yield from pread_chunks(fd, at + length, start=at)
     finally:
         os.close(fd)
 
@@ -64,16 +58,20 @@ def read_records(
     format: str | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
+    ledger: str | os.PathLike[str] | None = None,
+    every: bool = False,
 ) -> Iterator[list[str] | dict[str, str]]:
     """The records of OUT as lists of values (dicts keyed by the first line with ``header``).
 
     Taken from a consistent snapshot (see :func:`snapshot`). A final line without its
-    newline (a writer that died mid-write) is not a record and is left out.
+    newline (a writer that died mid-write) is not a record and is left out. When ``zotsink
+    run`` wrote OUT, only what each task's latest ``ok`` attempt wrote, once (see the module
+    text; ``ledger`` names a ledger given to run with ``--ledger``, ``every`` reads all).
     """
     p = os.fspath(path)
     fmt = format_for(p, format)
-    fd, size = snapshot(p, lock=lock, timeout=timeout)
-    rows = _rows(iter_snapshot(fd, size), fmt)
+    chunks = committed_chunks(p, ledger=ledger, every=every, lock=lock, timeout=timeout)
+    rows = _rows(chunks, fmt)
     if not header:
         yield from rows
         return

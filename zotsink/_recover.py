@@ -32,7 +32,7 @@ from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
 from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
 from ._core.writer import Writer, seen_first_line
-from ._run.ledger import LEDGER_COLUMNS
+from ._run.ledger import LATER_COLUMNS, LEDGER_COLUMNS
 
 __all__ = ["RecoverReport", "recover"]
 
@@ -40,13 +40,17 @@ __all__ = ["RecoverReport", "recover"]
 _JOURNAL_MAX: Final = 4096
 
 #: Headers known by their content, whatever the file's name: a first line equal to one of
-#: these is a header in OUT and in a spill file (the ledger of ``zotsink run``).
-_KNOWN_HEADERS: Final = ("\t".join(LEDGER_COLUMNS).encode() + b"\n",)
+#: these is a header in OUT and in a spill file (the ledger of ``zotsink run``, as older and
+#: newer releases write it).
+_KNOWN_HEADERS: Final = (
+    "\t".join(LEDGER_COLUMNS).encode() + b"\n",
+    "\t".join((*LEDGER_COLUMNS, *LATER_COLUMNS)).encode() + b"\n",
+)
 
 
 def _sha256(data: bytes = b"") -> Any:
-    # imported here, not at the top: hashlib costs ~2.5 ms of every CLI start, and only
-    # recover needs it
+    # imported here, not at the top: hashlib's import is a cost of every CLI start that
+    # only recover needs
     import hashlib
 
     return hashlib.sha256(data)

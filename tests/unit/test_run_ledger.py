@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zotsink import InputError
-from zotsink._run.ledger import LEDGER_COLUMNS, Ledger, read_ledger, states_of
+from zotsink._run.ledger import LATER_COLUMNS, LEDGER_COLUMNS, Ledger, read_ledger, states_of
 
 ENV = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3"}
 
@@ -20,7 +20,7 @@ def test_rows_round_trip_with_hostile_keys(tmp_path: Path) -> None:
     book.append([book.start_row(1, key, 1), book.end_row(1, key, 1, status="ok", exit=0)])
     book.close()
     lines = path.read_bytes().splitlines()
-    assert lines[0] == "\t".join(LEDGER_COLUMNS).encode()
+    assert lines[0] == "\t".join((*LEDGER_COLUMNS, *LATER_COLUMNS)).encode()
     assert len(lines) == 3
     rows = list(read_ledger(path))
     assert [(r.event, r.tasknum, r.key, r.job, r.array_task, r.status) for r in rows] == [
@@ -68,3 +68,30 @@ def test_missing_ledger_is_empty_and_a_foreign_file_is_refused(tmp_path: Path) -
     (tmp_path / "x.tsv").write_text("a\tb\n1\t2\n")
     with pytest.raises(InputError, match="not a zotsink ledger"):
         list(read_ledger(tmp_path / "x.tsv"))
+
+
+def test_a_ledger_begun_by_an_older_release_keeps_its_columns(tmp_path: Path) -> None:
+    # an older zotsink wrote no out_offset column: rows appended now fit its header, and
+    # are read with out_offset ""
+    path = tmp_path / "old.ledger"
+    path.write_bytes("\t".join(LEDGER_COLUMNS).encode() + b"\n")
+    book = Ledger(path, env={})
+    book.append([book.start_row(1, "a", 1)], spill=False)
+    book.append([book.end_row(1, "a", 1, status="ok", out_offset=42)])
+    book.close()
+    lines = path.read_bytes().splitlines()
+    assert {line.count(b"\t") for line in lines} == {len(LEDGER_COLUMNS) - 1}
+    rows = list(read_ledger(path))
+    assert [(r.event, r.status, r.out_offset) for r in rows] == [
+        ("start", "", ""),
+        ("end", "ok", ""),
+    ]
+
+
+def test_end_rows_name_where_the_attempt_s_records_are(tmp_path: Path) -> None:
+    path = tmp_path / "new.ledger"
+    book = Ledger(path, env={})
+    book.append([book.end_row(3, "c", 2, status="ok", bytes=10, out_offset=1234)])
+    book.close()
+    (row,) = read_ledger(path)
+    assert (row.tasknum, row.attempt, row.bytes, row.out_offset) == (3, "2", "10", "1234")

@@ -62,6 +62,9 @@ class VerifyReport:
     repaired: bool = False
     moved: int = 0
     rejects_path: str | None = None
+    #: Lines no ``ok`` attempt of ``zotsink run`` claims (its ledger is beside OUT): left by
+    #: failed, interrupted or crashed attempts, left out by the readers; None: no such ledger.
+    unclaimed: int | None = None
 
     @property
     def found(self) -> int:
@@ -99,14 +102,22 @@ class VerifyReport:
             "repaired": self.repaired,
             "moved": self.moved,
             "rejects": self.rejects_path,
+            "unclaimed": self.unclaimed,
         }
 
     def summary(self, limit: int = 5) -> list[str]:
         """Human report lines: a headline, then up to ``limit`` problems per kind."""
         what = f"{self.path}: {_n(self.lines, 'line')}, {_n(self.records, 'record')}"
+        note = []
+        if self.unclaimed:
+            note.append(
+                f"{_n(self.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
+                "interrupted or crashed attempts): zotsink cat and read_records leave them "
+                "out (cat --all shows them); not damage"
+            )
         if not self.found:
-            return [f"{what}, no problems"]
-        out = [f"{what}, {_n(self.found, 'problem')}"]
+            return [f"{what}, no problems", *note]
+        out = [f"{what}, {_n(self.found, 'problem')}", *note]
         for kind in KINDS:
             n = self.counts.get(kind, 0)
             if not n:

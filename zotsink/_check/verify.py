@@ -26,8 +26,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .._core.fileio import pread_chunks
 from .._core.records import format_for
-from .._read import snapshot
+from .._core.snapshot import snapshot
+from .._run.ledger import claims
 from ..errors import InputError
 from .check import check
 from .repair import repair_locked
@@ -60,9 +62,18 @@ def verify(
         raise InputError(f"{p} is a directory, not a zotsink output", path=p)
     fd, size = snapshot(p, lock=lock, timeout=timeout)
     try:
-        report = VerifyReport(p, fmt, allow_duplicates=allow_duplicates)
+        # An OUT of `zotsink run` holds every attempt's lines: a retry's records repeat the
+        # failed attempt's. Its ledger says which lines count; repeats are no damage there.
+        c = claims(p + ".ledger", lock=lock, timeout=timeout)
+        report = VerifyReport(p, fmt, allow_duplicates=allow_duplicates or c is not None)
         for _ in check(fd, size, report, has_header, keep):
             pass
+        if c is not None:
+            claimed = c.header > 0 and has_header
+            for at, length in c.parts:
+                if at + length <= size:
+                    claimed += sum(b.count(b"\n") for b in pread_chunks(fd, at + length, start=at))
+            report.unclaimed = max(0, report.lines - claimed)
     finally:
         os.close(fd)
     if repair and any(k not in KEPT_KINDS for k in report.counts):

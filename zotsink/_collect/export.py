@@ -278,13 +278,16 @@ def export(
     timeout: float = 600.0,
     temp_dir: str | None = None,
     force: bool = False,
+    ledger: str | os.PathLike[str] | None = None,
+    every: bool = False,
 ) -> int:
     """Write a consistent snapshot of OUT to ``dest`` (``.jsonl`` or ``.parquet``), whole,
     with the column types inferred; the number of rows written (``zotsink cat OUT -o
     FILE``). OUT's first line is its header (an OUT in lines format has one column,
     ``line``). Nothing is written under ``dest`` unless all of it is. An existing ``dest``
     is refused (UsageError) unless ``force``: then it is replaced atomically, and left as it
-    was when the export fails.
+    was when the export fails. When ``zotsink run`` wrote OUT, the rows are its committed
+    view (see :func:`zotsink.read_records`; ``ledger``, ``every`` as there).
     """
     from .._read import read_records
     from .spool import Spool
@@ -298,7 +301,7 @@ def export(
         )
     check_whole_target(path, fmt, force)
     in_fmt = format_for(src)
-    rows = read_records(src, format=in_fmt, lock=lock, timeout=timeout)
+    rows = read_records(src, format=in_fmt, lock=lock, timeout=timeout, ledger=ledger, every=every)
     header = ["line"] if in_fmt == "lines" else next(rows, None)
     if header is None:
         header = []

@@ -621,7 +621,8 @@ def read_out(
     from .._read import read_records
 
     st = OutState()
-    rows = read_records(out, format=fmt, lock=lock, timeout=timeout)
+    # every line OUT holds: what is there already must not be added again
+    rows = read_records(out, format=fmt, lock=lock, timeout=timeout, every=True)
     header = next(rows, None)
     if header is None:
         return st

@@ -27,7 +27,7 @@ from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
 from .stamp import utc_now
 from .writer import Writer
 
-__all__ = ["UNCOUNTED", "BlockEncoder", "LongLine", "lines_of"]
+__all__ = ["HOLD_IN_MEMORY", "UNCOUNTED", "BlockEncoder", "Held", "LongLine", "lines_of"]
 
 #: The count BlockEncoder.encode gives for lines that pass through without being counted.
 UNCOUNTED: Final = -1
@@ -218,3 +218,64 @@ class LongLine:
             rejects.append_chunks(chunks(), timeout=timeout)
         finally:
             tmp.close()
+
+
+#: What one task's held output keeps in memory before it moves to a temporary file.
+HOLD_IN_MEMORY: Final = 4 << 20
+
+
+class Held:
+    """One task's encoded lines, held until the task ends, then appended in one piece.
+
+    In memory up to :data:`HOLD_IN_MEMORY` bytes, then in a private temporary file on
+    node-local disk (``$TMPDIR``): a task may print more than memory holds, and the records
+    of an attempt must reach OUT together or not at all (see ``zotsink run``).
+    """
+
+    def __init__(self, limit: int = HOLD_IN_MEMORY) -> None:
+        self._parts: list[bytes] = []
+        self._file: IO[bytes] | None = None
+        self._limit = limit
+        self.size = 0  # bytes held
+        self.count = 0  # records held
+
+    def add(self, data: bytes | memoryview, count: int) -> None:
+        if self._file is None and self.size + len(data) > self._limit:
+            import tempfile
+
+            # Closed by close(), which the owner calls once the block is appended or saved.
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115
+            for part in self._parts:
+                self._file.write(part)
+            self._parts = []
+        if self._file is not None:
+            self._file.write(data)
+        else:
+            self._parts.append(bytes(data))
+        self.size += len(data)
+        self.count += count
+
+    def in_memory(self) -> bytes | None:
+        """The whole block, when it is small enough to be in memory; else None."""
+        if self._file is not None:
+            return None
+        return self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The block in pieces, from its start (each call reads it again)."""
+        if self._file is None:
+            yield from self._parts
+            return
+        self._file.flush()
+        self._file.seek(0)
+        while True:
+            piece = self._file.read(1 << 20)
+            if not piece:
+                return
+            yield piece
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._parts = []

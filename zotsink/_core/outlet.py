@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
 from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError
 from .batch import Batch
-from .blocks import UNCOUNTED, LongLine, lines_of
+from .blocks import UNCOUNTED, Held, LongLine, lines_of
+from .fileio import split_lines
 from .records import Encoder
 from .sidefiles import rejects_path, save, side_mode
 from .stop import STOP_LOCK_TIMEOUT, Stopper
@@ -135,38 +136,50 @@ class Outlet:
             self.writer.set_header(enc.header_line())
 
     # -- appending ------------------------------------------------------------------------
-    def write(self, data: bytes | memoryview, count: int) -> Exception | None:
+    def write(self, data: bytes | memoryview | Held, count: int) -> Exception | None:
         """Append a block of ``count`` records (:data:`UNCOUNTED` when not counted) now.
 
-        None when it is in OUT; else the error, after the block was saved to the rejects
-        file or a spill file (the error's ``spill_path`` and message say where). Raises
-        only when the block could be saved nowhere. ``data`` may be a view of a read
-        buffer: it is copied only when it has to be saved elsewhere.
+        None when it is in OUT (``writer.last_at`` says where it begins); else the error,
+        after the block was saved to the rejects file or a spill file (the error's
+        ``spill_path`` and message say where). Raises only when the block could be saved
+        nowhere. ``data`` may be a view of a read buffer (copied only when it has to be
+        saved elsewhere) or a :class:`Held` block, appended in pieces under one lock hold.
         """
-        if not data:
+        block: bytes | memoryview | Held = data
+        if isinstance(data, Held):
+            small = data.in_memory()
+            if small is not None:
+                block = small
+        if not block or (isinstance(block, Held) and not block.size):
             return None
         try:
-            if self.stopper is None and not self._hurry and not self.stopping:
-                self.writer.append(data, timeout=self.timeout)  # the usual case, one call
+            if isinstance(block, Held):
+                held = block
+                self._attempt(lambda t: self.writer.append_chunks(held.chunks(), timeout=t))
+            elif self.stopper is None and not self._hurry and not self.stopping:
+                self.writer.append(block, timeout=self.timeout)  # the usual case, one call
             else:
-                self._append_waiting(data)
+                view = block
+                self._attempt(lambda t: self.writer.append(view, timeout=t))
         except HeaderMismatch as e:
             # Nothing was written to OUT: the records go to OUT.rejects, as they are.
-            items = [("header mismatch", ln) for ln in bytes(data).splitlines()]
+            pieces = block.chunks() if isinstance(block, Held) else (bytes(block),)
+            items = [("header mismatch", ln) for ln in split_lines(pieces)]
             self._reject_items(items, e)
             e.message += f"; the {len(items)} records were saved to {e.spill_path}"
             return self._kept(e)
         except (LockError, WriteError) as e:  # LockTimeout is a LockError
             if isinstance(e, LockTimeout):
                 self._hurry = True
-            save(self.writer, e, bytes(data))  # raises when no place could take it
-            self.spilled += lines_of(data, count)
+            # raises when no place could take it
+            save(self.writer, e, block.chunks if isinstance(block, Held) else bytes(block))
+            self.spilled += count if isinstance(block, Held) else lines_of(block, count)
             assert e.spill_path is not None
             if e.spill_path not in self.spill_paths:
                 self.spill_paths.append(e.spill_path)
             return self._kept(e)
         self._hurry = False
-        self.appended += len(data)
+        self.appended += block.size if isinstance(block, Held) else len(block)
         if count == UNCOUNTED:
             self.uncounted = True
         else:
@@ -177,7 +190,7 @@ class Outlet:
         """Append now with this outlet's wait, or raise; nothing is saved elsewhere: for
         lines that must be in the file or nowhere (a ledger's ``start`` rows, whose tasks
         are not run when they cannot be recorded)."""
-        self._append_waiting(data)
+        self._attempt(lambda t: self.writer.append(data, timeout=t))
         self._hurry = False
         self.appended += len(data)
 
@@ -186,9 +199,9 @@ class Outlet:
             self.error = e
         return e
 
-    def _append_waiting(self, data: bytes | memoryview) -> None:
-        """``writer.append`` with a wait that looks at the stop signal (see the module's
-        text), or, after a timeout, a short one."""
+    def _attempt(self, append: Callable[[float], object]) -> None:
+        """``append(timeout)`` (one locked append) with a wait that looks at the stop signal
+        (see the module's text), or, after a timeout, a short one."""
         stopper = self.stopper
         start = now = time.monotonic()
         deadline = start + (min(self.timeout, HURRIED_WAIT) if self._hurry else self.timeout)
@@ -204,14 +217,14 @@ class Outlet:
             if left <= _STOP_CHECK:
                 break
             try:
-                self.writer.append(data, timeout=_STOP_CHECK)
+                append(_STOP_CHECK)
                 return
             except LockTimeout:
                 self.writer.lock_wait += time.monotonic() - now
                 slices += 1
                 now = time.monotonic()
         try:
-            self.writer.append(data, timeout=left)
+            append(left)
         except LockTimeout as e:
             if not slices:
                 raise

@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from ..errors import LockError, LockTimeout, WriteError, ZotsinkError
@@ -34,6 +35,9 @@ __all__ = [
     "spill",
     "spill_name_problem",
 ]
+
+#: A block too large to hold in memory, as a way to read it (again) in chunks.
+Chunks = Callable[[], Iterable[bytes]]
 
 #: Where spill files go when they cannot be written beside OUT, in order.
 _FALLBACK_ENV: Final = ("ZOTSINK_SPILL_DIR", "TMPDIR")
@@ -72,7 +76,12 @@ def _spill_dirs(out: str) -> list[str]:
 
 
 def spill(
-    out: str, data: bytes, *, header: bytes | None = None, mode: int = 0o600, lock: str = "auto"
+    out: str,
+    data: bytes | Chunks,
+    *,
+    header: bytes | None = None,
+    mode: int = 0o600,
+    lock: str = "auto",
 ) -> str:
     """Save a batch meant for ``out`` to a spill file; returns its full path.
 
@@ -126,7 +135,7 @@ def spill(
             try:
                 if not _still_named(path, st):
                     continue
-                write_all(fd, (header or b"") + data)
+                _write(fd, header or b"", data)
                 os.fsync(fd)
             except OSError as e:
                 errors.append(f"{path}: {e.strerror}")
@@ -140,7 +149,7 @@ def spill(
                     os.close(fd)
             _open_spills[out] = (path, st.st_dev, st.st_ino)
             return path
-    count = data.count(b"\n")
+    count = data.count(b"\n") if isinstance(data, bytes) else sum(c.count(b"\n") for c in data())
     raise WriteError(
         f"could not save {count} records meant for {out} anywhere ("
         + "; ".join(errors)
@@ -149,7 +158,7 @@ def spill(
     )
 
 
-def _append_existing(spill: tuple[str, int, int], data: bytes, lock: str) -> None:
+def _append_existing(spill: tuple[str, int, int], data: bytes | Chunks, lock: str) -> None:
     path, dev, ino = spill
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -164,7 +173,7 @@ def _append_existing(spill: tuple[str, int, int], data: bytes, lock: str) -> Non
                 raise FileExistsError(path)  # recover appended it to OUT and removed it
             size = os.fstat(fd).st_size
             try:
-                write_all(fd, data)
+                _write(fd, b"", data)
                 os.fsync(fd)
             except OSError:
                 os.ftruncate(fd, size)
@@ -208,7 +217,17 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
 
 
-def save(writer: Writer, error: ZotsinkError, data: bytes) -> None:
+def _write(fd: int, head: bytes, data: bytes | Chunks) -> None:
+    if isinstance(data, bytes):
+        write_all(fd, head + data)
+        return
+    if head:
+        write_all(fd, head)
+    for chunk in data():
+        write_all(fd, chunk)
+
+
+def save(writer: Writer, error: ZotsinkError, data: bytes | Chunks) -> None:
     """Save a batch that ``error`` kept out of ``writer``'s file to a spill file; note
     where on ``error`` (its ``spill_path`` and message)."""
     error.spill_path = spill(

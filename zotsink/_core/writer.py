@@ -112,6 +112,9 @@ class Writer:
         self._header_ok: tuple[int, int] | None = None  # (dev, ino) whose header matched
         self._mutex = threading.Lock()
         self.lock_wait = 0.0  # seconds spent waiting for the lock, summed
+        #: Where the data of the last append begins in OUT (after a header or the newline
+        #: that ends a torn tail): with its length, the part of OUT that append wrote.
+        self.last_at = -1
         self._forked = False  # set in a child made by os.fork() (see _mark_forked)
         _live_writers.add(self)
 
@@ -174,8 +177,8 @@ class Writer:
         after OUT was cut back to its size under the lock). Nothing is saved elsewhere:
         :func:`zotsink._core.sidefiles.append_or_save` does that for the callers that want it.
         """
-        if not data:
-            return 0
+        if not data and self._prepare is None:
+            return 0  # with a hook, the hook decides what an empty block becomes
         if not timeout >= 0:  # also refuses NaN
             raise UsageError(f"a lock timeout must be a number of seconds >= 0, not {timeout!r}")
         with self._mutex:
@@ -321,6 +324,7 @@ class Writer:
                 f"cannot append to {self.path}: {e.strerror or e}", path=self.path, errno=e.errno
             ) from e
         self._end = (st.st_dev, st.st_ino, size + written)
+        self.last_at = size + len(prefix)
         if self._header and size == 0:
             self._header_ok = ident
         return written

@@ -17,26 +17,34 @@ import re
 import warnings
 import weakref
 from array import array
+from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from .._core.fileio import line_blocks, pread_chunks, side_file_problem
+from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, decode_row, unescape_tsv
+from .._core.snapshot import snapshot
 from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._read import snapshot
 from ..errors import InputError, UsageError, ZotsinkWarning
 
 __all__ = [
     "END_STATES",
+    "LATER_COLUMNS",
     "LEDGER_COLUMNS",
     "STATES",
+    "Claims",
     "Ledger",
     "LedgerRow",
     "TaskState",
+    "claims",
+    "job_alive",
     "read_ledger",
+    "read_states",
+    "start_alive",
     "states_of",
 ]
 
@@ -59,6 +67,11 @@ LEDGER_COLUMNS: Final = (
     "bytes",
     "note",
 )
+#: Columns after LEDGER_COLUMNS, in ledgers that have them (older ledgers end at ``note``
+#: and are still read and appended to as they are): ``out_offset`` is where the records of
+#: the attempt begin in OUT, so that with ``bytes`` it names the part of OUT that attempt
+#: wrote; ``out_header`` is the length of OUT's header line (0: OUT has none).
+LATER_COLUMNS: Final = ("out_offset", "out_header")
 #: ``status`` values of ``end`` rows.
 END_STATES: Final = ("ok", "failed", "killed", "timeout", "interrupted")
 #: Every state a task can be in, in the order reports list them.
@@ -84,6 +97,18 @@ class LedgerRow(NamedTuple):
     records: str
     bytes: str
     note: str
+    out_offset: str = ""  # "" in an older ledger, in a start row, and for no records
+    out_header: str = ""
+
+
+class Claimable(Protocol):
+    """A task as :meth:`Ledger.claim` takes it: its number and its line."""
+
+    @property
+    def num(self) -> int: ...
+
+    @property
+    def line(self) -> str: ...
 
 
 class TaskState(NamedTuple):
@@ -109,7 +134,10 @@ class Ledger:
     ) -> None:
         env = os.environ if env is None else env
         self.path = os.fspath(path)
-        self.encoder = Encoder("tsv", LEDGER_COLUMNS)
+        # A ledger begun by an older zotsink keeps its columns: its header cannot change.
+        old = existing_header(self.path) == Encoder("tsv", LEDGER_COLUMNS).header_line()
+        self.columns = LEDGER_COLUMNS if old else (*LEDGER_COLUMNS, *LATER_COLUMNS)
+        self.encoder = Encoder("tsv", self.columns)
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout
@@ -121,8 +149,18 @@ class Ledger:
             sync="fsync",
             header=self.encoder.header_line(),
             side_file=True,
+            prepare=self._under_lock,
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
+        # What this run knows of the tasks it may claim (see begin() and claim()).
+        self._keys: Mapping[int, str] = {}
+        self._states: dict[int, TaskState] = {}
+        self._seen = 0  # ledger bytes read so far: rows past it are news
+        self._rerun: set[int] = set()  # ok before this run began, to run again (--rerun)
+        self._want: tuple[deque[Claimable], int] | None = None  # a claim under way
+        self._picked: list[tuple[Claimable, int]] = []
+        self._dropped: list[Claimable] = []
+        self._claimed_bytes = 0
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
         started = proc_start(os.getpid())
@@ -139,7 +177,7 @@ class Ledger:
     ) -> bytes:
         job, array_task, host, pid = self._fixed
         values = [event, utc_now(), tasknum, key, attempt, job, array_task, host, pid]
-        values += [fields.get(c, "") for c in LEDGER_COLUMNS[len(values) :]]
+        values += [fields.get(c, "") for c in self.columns[len(values) :]]
         return self.encoder.encode(values)
 
     def append(self, rows: Sequence[bytes], *, spill: bool = True) -> None:
@@ -157,6 +195,103 @@ class Ledger:
                 raise err
         else:
             self.outlet.write_or_raise(b"".join(rows))
+
+    def begin(
+        self, keys: Mapping[int, str], states: Mapping[int, TaskState], seen: int, *, rerun: bool
+    ) -> None:
+        """What this run found in the ledger's snapshot (``seen`` bytes of it) for its tasks
+        (number -> line): the start of what :meth:`claim` keeps up to date."""
+        self._keys = keys
+        self._states = dict(states)
+        self._seen = seen
+        self._rerun = {n for n, st in states.items() if st.state == "ok"} if rerun else set()
+
+    def claim(
+        self, queue: deque[Claimable], want: int, ends: Sequence[bytes]
+    ) -> tuple[list[tuple[Claimable, int]], list[Claimable]]:
+        """Claim up to ``want`` tasks from the front of ``queue`` under the ledger's lock.
+
+        Under one lock hold: the rows other runs appended since this run last looked are
+        read; a task they finished (``ok``) or that runs in a live process (this host's
+        pid table, else the scheduler) is taken off the queue; the rest get their next
+        attempt number and a ``start`` row, written with ``ends`` in one fsynced append.
+        Two runs started together so never run the same task, and attempt numbers are
+        unique. Returns the tasks claimed (with their attempt) and those taken off because
+        another run has or had them. Raises like :meth:`append` (nothing claimed then).
+        """
+        self._want = (queue, want)
+        self._picked, self._dropped = [], []
+        try:
+            self.outlet.write_or_raise(b"".join(ends))
+        except BaseException:
+            for task, _ in reversed(self._picked):  # not claimed: back where they were
+                queue.appendleft(task)
+            raise
+        finally:
+            self._want = None
+        # this run's own rows are no news to it: the next look starts after them (the
+        # writer put them after a header or a newline, if it wrote either)
+        self._seen = self.writer.last_at + self._claimed_bytes
+        return self._picked, self._dropped
+
+    def _under_lock(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
+        """The writer's hook, run under the ledger's exclusive lock before each append."""
+        if self._want is None:
+            return data
+        queue, want = self._want
+        self._read_news(fd, st.st_size)
+        here = os.uname().nodename
+        starts: list[bytes] = []
+        while queue and len(self._picked) < want:
+            task = queue.popleft()
+            state = self._states.get(task.num)
+            if state is not None and (
+                (state.state == "ok" and task.num not in self._rerun)
+                or (
+                    state.state == "running"
+                    and state.last is not None
+                    and start_alive(state.last, here)
+                )
+            ):
+                self._dropped.append(task)  # done, or running, elsewhere
+                continue
+            self._rerun.discard(task.num)  # run again once, not once per retry
+            starts_so_far = state.starts if state is not None else 0
+            attempt = starts_so_far + 1
+            self._states[task.num] = TaskState(task.num, "running", attempt, None)
+            self._picked.append((task, attempt))
+            starts.append(self.start_row(task.num, task.line, attempt))
+        rows = data + b"".join(starts)
+        self._claimed_bytes = len(rows)
+        return rows
+
+    def _read_news(self, fd: int, size: int) -> None:
+        """Fold the rows appended since the last look into the states of this run's tasks."""
+        if size <= self._seen:
+            return
+        rows: list[bytes] = []
+        for lines, whole in line_blocks(pread_chunks(fd, size, 1 << 20, start=self._seen)):
+            if whole:  # a last piece without its newline is a torn row: not a row
+                rows += lines
+        here = os.uname().nodename
+        for line in rows:
+            if not line or line.startswith(b"event\t"):
+                continue
+            num = _tasknum(line)
+            key = self._keys.get(num)
+            if key is None:
+                continue
+            row = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
+            if len(row) < len(LEDGER_COLUMNS) or row[3] != key:
+                continue  # torn, or another line had this number once
+            full = LedgerRow(row[0], row[1], num, *row[3 : len(LEDGER_COLUMNS)])
+            old = self._states.get(num)
+            starts = (old.starts if old is not None else 0) + (full.event == "start")
+            if full.event == "start":
+                state = "lost" if start_alive(full, here) is False else "running"
+            else:
+                state = full.status if full.status in END_STATES else "failed"
+            self._states[num] = TaskState(num, state, starts, full)
 
     def outcome(self) -> Outcome:
         return self.outlet.outcome()
@@ -188,6 +323,23 @@ def read_ledger(
         scan.close()
 
 
+def read_states(
+    path: str | os.PathLike[str],
+    keys: Mapping[int, str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> tuple[dict[int, TaskState], int]:
+    """The state of each task in ``keys`` (number -> line) from a snapshot of the ledger,
+    and the snapshot's size (where :meth:`Ledger.begin` starts looking for news)."""
+    scan = LedgerScan(path, lock=lock, timeout=timeout)
+    try:
+        rows = (scan.row(n, line) for n, _at, line in scan.lines(keys))
+        return states_of(keys, rows), scan.size
+    finally:
+        scan.close()
+
+
 #: A search per block instead of a look at every row, up to this many task numbers.
 _SEARCH_MAX: Final = 5000
 
@@ -209,6 +361,7 @@ class LedgerScan:
         self._fd = -1
         self._size = 0
         self.width = 0
+        self._later: list[int] = []  # where LATER_COLUMNS are in this ledger (-1: not)
         if not os.path.lexists(self.path):
             return
         self._fd, self._size = snapshot(self.path, lock=lock, timeout=timeout)
@@ -225,6 +378,11 @@ class LedgerScan:
     @property
     def exists(self) -> bool:
         return self._fd >= 0
+
+    @property
+    def size(self) -> int:
+        """The snapshot's size: the rows read are those before this byte."""
+        return self._size
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -265,6 +423,7 @@ class LedgerScan:
                 path=self.path,
             )
         self.width = len(head)
+        self._later = [head.index(c) if c in head else -1 for c in LATER_COLUMNS]
         return nl + 1
 
     def lines(self, tasknums: Collection[int] | None = None) -> Iterator[tuple[int, int, bytes]]:
@@ -316,6 +475,11 @@ class LedgerScan:
                 stacklevel=2,
             )
 
+    def later_missing(self) -> bool:
+        """Whether this ledger lacks a column of LATER_COLUMNS (an older release began it);
+        known once :meth:`lines` has read the header."""
+        return -1 in self._later or not self._later
+
     def _bad(self, lineno: int, line: bytes) -> None:
         if line.count(b"\t") < self.width - 1:
             self.torn.append(lineno)
@@ -335,7 +499,8 @@ class LedgerScan:
                 f"{self.path} -f tsv`",
                 path=self.path,
             )
-        return LedgerRow(row[0], row[1], int(row[2]), *row[3 : len(LEDGER_COLUMNS)])
+        later = [row[i] if i >= 0 else "" for i in self._later]
+        return LedgerRow(row[0], row[1], int(row[2]), *row[3 : len(LEDGER_COLUMNS)], *later)
 
     def row_at(self, offset: int) -> LedgerRow:
         """The row that starts at byte ``offset`` of the snapshot, one :meth:`lines` gave."""
@@ -348,6 +513,54 @@ class LedgerScan:
             if not data:
                 return self.row(0, out)
             out += data
+
+
+class Claims(NamedTuple):
+    """The parts of OUT that the ledger's ``ok`` rows claim: what OUT holds exactly once."""
+
+    header: int  # bytes of OUT's header line (0: OUT has none)
+    parts: list[tuple[int, int]]  # (offset, length) of each task's latest ok attempt
+
+
+def claims(
+    path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+) -> Claims | None:
+    """What the ledger at ``path`` says OUT holds once; None when there is no ledger, or it
+    was begun by a release that did not record where each attempt's records are.
+
+    Each task (its number and line) counts with its latest ``ok`` attempt: an attempt that
+    failed, was interrupted, or ended in a crash before its row was written claims nothing,
+    and its lines in OUT are left out of the view.
+    """
+    p = os.fspath(path)
+    if not os.path.lexists(p):
+        return None
+    scan = LedgerScan(p, lock=lock, timeout=timeout)
+    try:
+        latest: dict[tuple[int, str], tuple[int, int]] = {}
+        header = 0
+        known = False
+        for lineno, _at, line in scan.lines():
+            if not known:
+                if scan.later_missing():
+                    return None
+                known = True
+            if not line.startswith(b"end\t"):
+                continue
+            row = scan.row(lineno, line)
+            if row.out_header.isdigit():
+                header = int(row.out_header)
+            if row.status != "ok":
+                continue
+            if row.out_offset.isdigit() and row.bytes.isdigit() and int(row.bytes):
+                latest[(row.tasknum, row.key)] = (int(row.out_offset), int(row.bytes))
+            else:
+                latest.pop((row.tasknum, row.key), None)  # its latest ok attempt printed none
+        if not known and scan.later_missing():
+            return None
+    finally:
+        scan.close()
+    return Claims(header, sorted(latest.values()))
 
 
 def _tasknum(line: bytes) -> int:
@@ -391,8 +604,57 @@ def _alive(pid: str, note: str = "") -> bool:
     return True
 
 
+def start_alive(row: LedgerRow, here: str) -> bool | None:
+    """Whether the run process of a ``start`` row still runs: from this host's pid table
+    when it ran here, else from the scheduler that ran its job (Slurm, Grid Engine); None
+    when neither can tell (then the task counts as running in reports, and a run may claim
+    it again: its results still count once, see :func:`claims`)."""
+    if row.host == here:
+        return _alive(row.pid, row.note)
+    return job_alive(row.job)
+
+
+_job_answers: dict[str, bool | None] = {}
+
+
+def job_alive(job: str) -> bool | None:
+    """Whether the scheduler still has job ``job`` queued or running; None when no
+    scheduler command on this host can tell. Asked once per job per process."""
+    if not job:
+        return None
+    if job not in _job_answers:
+        _job_answers[job] = _ask_scheduler(job)
+    return _job_answers[job]
+
+
+def _ask_scheduler(job: str) -> bool | None:
+    import shutil
+    import subprocess
+
+    if not job.isdigit():
+        return None
+    if shutil.which("squeue"):
+        # a job Slurm no longer lists (or no longer knows) is neither queued nor running
+        try:
+            r = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if r.returncode == 0:
+            return bool(r.stdout.strip())
+        return False if b"Invalid job id" in r.stderr else None
+    if shutil.which("qstat"):
+        try:
+            r = subprocess.run(["qstat", "-j", job], capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.returncode == 0
+    return None
+
+
 def _start_state(row: LedgerRow, here: str) -> str:
-    return "lost" if row.host == here and not _alive(row.pid, row.note) else "running"
+    return "lost" if start_alive(row, here) is False else "running"
 
 
 def states_of(

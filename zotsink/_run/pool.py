@@ -27,13 +27,13 @@ import time
 from collections import deque
 from typing import IO, Final, NamedTuple
 
-from .._core.blocks import BlockEncoder, LongLine
+from .._core.blocks import BlockEncoder, Held, LongLine
 from .._core.outlet import Outlet
 from .._core.records import MAX_LINE, Encoder
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import Stopper
 from ..errors import ZotsinkError
-from .ledger import Ledger, TaskState
+from .ledger import Ledger
 from .tasks import Task, task_argv
 
 __all__ = ["Pool", "Tasking"]
@@ -66,10 +66,11 @@ class _Proc:
         self.longs: dict[int, LongLine | int] = {}
         self.out_fd = self.err_fd = -1
         self.records = 0
-        self.nbytes = 0
+        # The attempt's records, held until it ends: they reach OUT in one piece, and its
+        # end row names that piece (exactly-once: see Pool._finish).
+        self.held = Held()
         self.notes: list[str] = []
         self.status: str | None = None  # set when zotsink ends the task: timeout, interrupted
-        self.spilled = False  # OUT spilled while it ran: some of its records may be elsewhere
         self.exited_at: float | None = None
         self.kill_at: float | None = None  # SIGKILL due
         self.term_at: float | None = None  # SIGTERM due
@@ -96,7 +97,6 @@ class Pool:
         self,
         *,
         queue: deque[Task],
-        states: dict[int, TaskState],
         how: Tasking,
         book: Ledger,
         template: Encoder,
@@ -105,7 +105,6 @@ class Pool:
         stopper: Stopper | None,
     ) -> None:
         self.queue = queue
-        self.states = states
         self.how = how
         self.book = book
         self.template = template
@@ -120,10 +119,10 @@ class Pool:
         self.ends: list[bytes] = []  # end rows not yet in the ledger
         self.tries: dict[int, int] = {}  # attempts in this run, per task
         self.final: dict[int, str] = {}
+        self.elsewhere: dict[int, Task] = {}  # done or running in another run: not started
         self.started = 0
         self.stopping = False
         self.ledger_error: Exception | None = None
-        self._spilled_seen = 0  # OUT's spilled records at the last look
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
@@ -140,18 +139,14 @@ class Pool:
             now = time.monotonic()
             for proc in list(self.procs):
                 self._tend(proc, now)
-            if self.out.due(now):
-                self.out.flush()
-                self._out_spilled()
             if self.log.due(now):
                 self.log.flush()
-        self.out.flush()
         self.log.flush()
         self._write_ends()
 
     def _wait_ms(self) -> int:
         now = time.monotonic()
-        waits = [self.out.due_in(now), self.log.due_in(now)]
+        waits = [self.log.due_in(now)]
         for p in self.procs:
             if p.exited_at is not None or not p.fds:
                 # Exited, or its pipes closed: the exit follows within microseconds, so look
@@ -180,21 +175,16 @@ class Pool:
 
     # -- starting ----------------------------------------------------------------------------
     def _start_next(self) -> None:
-        batch: list[tuple[Task, int]] = []
-        while self.queue and not self.stopping and len(self.procs) + len(batch) < self.how.jobs:
-            task = self.queue.popleft()
-            self.tries[task.num] = self.tries.get(task.num, 0) + 1
-            attempt = self.states[task.num].starts + self.tries[task.num]
-            batch.append((task, attempt))
-        if not batch:
+        want = self.how.jobs - len(self.procs)
+        if not self.queue or self.stopping or want <= 0:
             if not self.procs:
                 self._write_ends()
             return
-        starts = [self.book.start_row(t.num, t.line, a) for t, a in batch]
-        rows = self.ends + starts
         try:
-            # Start rows are never spilled: a task whose start cannot be recorded is not run.
-            self.book.append(rows, spill=False)
+            # Under the ledger's lock: what other runs did since, then the start rows (with
+            # the end rows waiting to go). Start rows are never spilled: a task whose start
+            # cannot be recorded is not run.
+            picked, taken = self.book.claim(self.queue, want, self.ends)
             self.ends = []
         except ZotsinkError as e:  # the lock, the write, or a file that is no ledger
             self.ledger_error = e
@@ -202,8 +192,13 @@ class Pool:
             self.queue.clear()
             self.stopping = True
             return
-        for task, attempt in batch:
+        for task in taken:
+            self.elsewhere[task.num] = task
+        for task, attempt in picked:
+            self.tries[task.num] = self.tries.get(task.num, 0) + 1
             self._spawn(task, attempt)
+        if not picked and not self.procs:
+            self._write_ends()
 
     def _spawn(self, task: Task, attempt: int) -> None:
         env = {**self.how.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
@@ -317,19 +312,7 @@ class Pool:
             tpl.set_columns(enc.columns)
             self.out.follow(tpl)
         proc.records += n
-        proc.nbytes += len(data)
-        self.out.add(data, n)
-        self._out_spilled()
-
-    def _out_spilled(self) -> bool:
-        """Whether OUT's outlet spilled since the last look: then the running tasks' records
-        may be among those spilled, and their end rows say so."""
-        if self.out.spilled == self._spilled_seen:
-            return False
-        self._spilled_seen = self.out.spilled
-        for p in self.procs:
-            p.spilled = True
-        return True
+        proc.held.add(data, n)
 
     def _log(self, num: int, line: bytes) -> None:
         self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1)
@@ -392,16 +375,23 @@ class Pool:
         if rejects:
             self.out.reject([(f"task {task.num} {why}", ln) for why, ln in rejects])
             proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
-        # Records first, then the row that says they are there.
-        self.out.flush()
-        if self._out_spilled():
-            proc.spilled = True
-        if proc.spilled:
-            # the row must not say that OUT holds what a spill file holds
-            proc.notes.append(
-                f"records of this task may be in {', '.join(self.out.spill_paths)}, not in "
-                f"OUT: run zotsink recover {self.out.writer.path}"
-            )
+        # The attempt's records first, in one piece, then the row that claims that piece of
+        # OUT: a crash between the two leaves lines no ok row claims, which readers leave out
+        # and the next run writes again. Every attempt's records are kept (zotsink cat --all
+        # shows them); only an ok row claims.
+        held, at, head = proc.held, "", ""
+        err = self.out.write(held, held.count)
+        held.close()
+        if err is None and held.size:
+            at = str(self.out.writer.last_at)
+            head = str(len(self.out.writer.header or b""))  # what readers keep before the parts
+        elif err is not None:
+            # Not in OUT: no row may claim them. The task runs again on the next run; what
+            # the spill file holds joins OUT unclaimed when it is recovered.
+            where = getattr(err, "spill_path", None) or "a side file"
+            proc.notes.append(f"its records could not be appended to OUT; they are in {where}")
+            if status == "ok":
+                status = "failed"
         self.log.flush()
         self.ends.append(
             self.book.end_row(
@@ -413,8 +403,10 @@ class Pool:
                 signal=_signame(signum) if signum else "",
                 seconds=f"{time.monotonic() - proc.started:.3f}",
                 records=proc.records,
-                bytes=proc.nbytes,
+                bytes=held.size,
                 note="; ".join(proc.notes),
+                out_offset=at,
+                out_header=head,
             )
         )
         self.final[task.num] = status
@@ -441,6 +433,7 @@ class Pool:
             if proc.popen is not None:
                 proc.popen.wait()
         for proc in self.procs:
+            proc.held.close()
             for f in proc.files.values():
                 f.close()
         self.running.clear()

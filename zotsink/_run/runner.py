@@ -20,7 +20,7 @@ from .._core.records import format_for
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import UsageError
-from .ledger import Ledger, TaskState, read_ledger, states_of
+from .ledger import Ledger, TaskState, read_ledger, read_states, states_of
 from .pool import Pool, Tasking
 from .tasks import chunk_range, read_tasks, scheduler_index
 
@@ -44,6 +44,7 @@ class RunReport(NamedTuple):
     signal: int | None  # the stop signal, if one came
     error: Exception | None  # the first LockError/WriteError/HeaderMismatch, if any
     outcomes: tuple[Outcome, ...] = ()  # OUT's, the log's and the ledger's
+    elsewhere: int = 0  # tasks not started: another run finished or is running them
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -170,9 +171,8 @@ def run_tasks(
     template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
     book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
     keys = {t.num: t.line for t in todo}
-    states = states_of(
-        keys, read_ledger(ledger_path, tasknums=keys, lock=opts.lock, timeout=opts.timeout)
-    )
+    states, seen = read_states(ledger_path, keys, lock=opts.lock, timeout=opts.timeout)
+    book.begin(keys, states, seen, rerun=rerun)
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
 
     def _outlet(writer: Writer) -> Outlet:
@@ -187,7 +187,6 @@ def run_tasks(
     skipped = len(todo) - len(queue)
     runner = Pool(
         queue=queue,
-        states=states,
         how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env),
         book=book,
         template=template,
@@ -215,4 +214,5 @@ def run_tasks(
         signal=stopper.signum if stopper is not None else None,
         error=o.error or lg.error or runner.ledger_error,
         outcomes=(o, lg, bk),
+        elsewhere=len(runner.elsewhere),
     )
