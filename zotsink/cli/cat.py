@@ -12,7 +12,25 @@ from ._common import CONTEXT, read_lock_options, run_api, say, stdout_closed
 @click.command("cat", context_settings=CONTEXT)
 @click.argument("out", type=click.Path())
 @click.argument("member", required=False)
-@click.option("--list", "listing", is_flag=True, help="ARCHIVE.tar: list its members as TSV.")
+@click.option(
+    "--list",
+    "listing",
+    is_flag=True,
+    help="ARCHIVE.tar: list its members as TSV, one line per name (the member NAME reads).",
+)
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="With --list: every member, earlier ones of a name too (tasknum and attempt say "
+    "which task of `zotsink run` and which attempt of it appended each).",
+)
+@click.option(
+    "--ledger",
+    type=click.Path(exists=True, dir_okay=False),
+    help="ARCHIVE.tar: read (and list) a name's member of the latest attempt this ledger of "
+    "`zotsink run` calls ok.",
+)
 @click.option(
     "-o",
     "--output",
@@ -26,6 +44,8 @@ def cat_cmd(
     out: str,
     member: str | None,
     listing: bool,
+    every: bool,
+    ledger: str | None,
     dest: str | None,
     force: bool,
     lock: str,
@@ -35,12 +55,18 @@ def cat_cmd(
 
     \b
     For an archive of `zotsink pack`: `zotsink cat ARCHIVE.tar NAME` prints one member
-    (found through the index, no scan); `--list` lists the members.
+    (found through the index, no scan); `--list` lists the members. A name appended
+    again (--replace, or the retry of a task of `zotsink run`) reads as its last
+    member, as tar extracts it; with --ledger, as its last of an attempt that ended ok.
     """
     from .. import iter_snapshot, snapshot
 
     if force and dest is None:
         raise click.UsageError("--force replaces the file of -o DEST: add -o DEST")
+    if every and not listing:
+        raise click.UsageError("--all lists every member of ARCHIVE: add --list")
+    if ledger is not None and member is None and not listing:
+        raise click.UsageError("--ledger picks the member of NAME or of each --list line: add one")
     if dest is not None:
         from .. import export
 
@@ -48,11 +74,32 @@ def cat_cmd(
         say(f"wrote {n} rows to {dest}")
         return
     if member is not None or listing:
-        from .. import format_listing, list_members, read_member
+        from .. import format_listing, latest_members, list_members, read_ledger, read_member
 
-        data = run_api(
-            lambda: format_listing(list_members(out)) if listing else read_member(out, member)
-        )
+        ok = None
+        if ledger is not None:
+            ok = run_api(
+                lambda: {
+                    (r.tasknum, int(r.attempt))
+                    for r in read_ledger(ledger, lock=lock, timeout=timeout)
+                    if r.event == "end" and r.status == "ok" and r.attempt.isdigit()
+                }
+            )
+
+        def listed() -> bytes:
+            rows = list_members(out)
+            if every:
+                return format_listing(rows)
+            latest = latest_members(rows, ok)
+            hidden = len({r.name for r in rows}) - len(latest)
+            if hidden:  # only with --ledger: names no ok attempt appended
+                say(
+                    f"{hidden} name(s) left out, appended only by attempts not ok in "
+                    f"{ledger}: --all lists them"
+                )
+            return format_listing(latest)
+
+        data = run_api(lambda: listed() if listing else read_member(out, member, ok=ok))
         try:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
