@@ -3,8 +3,12 @@
 A spill tar holds the members of calls that could not be appended (lock timeout, a failed
 write), exactly as they would have been written. Each is appended with its original name,
 attributes and provenance. A member whose name is in the archive already with the same
-sha256 is skipped, so a recover interrupted between its append and the removal of the
-spill file can simply be run again.
+sha256 (and the same task and attempt of ``zotsink run``) is skipped, so a recover
+interrupted between its append and the removal of the spill file can simply be run again.
+
+A spilled member of a run task's attempt whose name the archive has from a later attempt
+of the same task is not appended: appended last, it would be what tar extracts, and an
+attempt that failed would win over its retry. The spill tar is kept, and says so.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from .._core.sidefiles import find_spills
 from .._core.spilltake import Refused, check_spill_names, locked_spill
 from . import tarfmt
 from .append import Pending, append_pending
-from .index import index_path, read_index
+from .index import Row, index_path, read_index, run_attempt
 from .tarfmt import TarDamage
 
 __all__ = ["ArchiveRecoverReport", "recover_archive"]
@@ -80,21 +84,22 @@ def recover_archive(
         except Refused as e:
             left.append(f"{p}: kept, {e}")
             continue
-        except _Damaged as e:
+        except _Kept as e:
             added += e.added
             skipped += e.skipped
-            left.append(f"{p}: kept, it ends in damage at {e.damage}")
+            left.append(f"{p}: kept, {e}")
             continue
         done.append(p)
     return ArchiveRecoverReport(done, added, skipped, left)
 
 
-class _Damaged(Exception):
-    """The spill tar's readable members are in the archive; the rest is damaged."""
+class _Kept(Exception):
+    """The spill tar's members that belong in the archive are in it; the rest (damage, or
+    members of attempts the archive has newer ones of) is why the spill tar stays."""
 
-    def __init__(self, damage: TarDamage, added: int, skipped: int) -> None:
-        super().__init__(str(damage))
-        self.damage, self.added, self.skipped = damage, added, skipped
+    def __init__(self, why: str, added: int, skipped: int) -> None:
+        super().__init__(why)
+        self.added, self.skipped = added, skipped
 
 
 def _recover_one(
@@ -103,8 +108,23 @@ def _recover_one(
     """Append the members of one locked spill tar and remove it: ``(added, skipped)``."""
     data = b"".join(pread_chunks(fd, size))
     items, damage = _members(data)
-    have = {r.name: r.sha256 for r in read_index(index_path(path))[0]}
-    todo = [it for it, digest in items if have.get(it.name) != digest]
+    rows = read_index(index_path(path))[0]
+    have = {r.name: (r.sha256, r.run_attempt()) for r in rows}
+    newest = _newest_attempts(rows)
+    todo: list[Pending] = []
+    older: list[str] = []
+    for it, digest in items:
+        mine = _run_attempt(it)
+        if have.get(it.name) == (digest, mine):
+            continue
+        if mine is not None and newest.get((it.name, mine[0]), 0) > mine[1]:
+            older.append(
+                f"{it.name!r} of task {mine[0]} attempt {mine[1]}, which attempt "
+                f"{newest[(it.name, mine[0])]} has appended since"
+            )
+            continue
+        todo.append(it)
+    skipped = len(items) - len(todo) - len(older)
     # replace: a spilled member is one this archive was meant to have; if a member of
     # that name was added meanwhile, both stay, the spilled one last.
     append_pending(
@@ -117,14 +137,36 @@ def _recover_one(
         max_member=1 << 62,
         spill=False,
     )
-    if damage is not None:
-        raise _Damaged(damage, len(todo), len(items) - len(todo))
+    why = [f"it ends in damage at {damage}"] if damage is not None else []
+    if older:
+        more = f" and {len(older) - 1} more" if len(older) > 1 else ""
+        why.append(
+            f"it holds {len(older)} member(s) of earlier attempts ({older[0]}{more}): appended "
+            "now they would be what tar extracts; remove it if they are not needed"
+        )
+    if why:
+        raise _Kept("; ".join(why), len(todo), skipped)
     # Only now, with the members fsynced in the archive and the spill tar still locked:
     # its writer cannot have added to it since it was read.
     with contextlib.suppress(FileNotFoundError):
         os.remove(spill)
     fsync_dir(os.path.dirname(spill) or ".")
-    return len(todo), len(items) - len(todo)
+    return len(todo), skipped
+
+
+def _newest_attempts(rows: list[Row]) -> dict[tuple[str, int], int]:
+    """(name, tasknum) -> the latest attempt of that run task with a member of that name."""
+    out: dict[tuple[str, int], int] = {}
+    for r in rows:
+        got = r.run_attempt()
+        if got is not None and got[1] > out.get((r.name, got[0]), 0):
+            out[(r.name, got[0])] = got[1]
+    return out
+
+
+def _run_attempt(it: Pending) -> tuple[int, int] | None:
+    prov = it.provenance or {}
+    return run_attempt(prov.get("tasknum", ""), prov.get("attempt", ""))
 
 
 def _members(data: bytes) -> tuple[list[tuple[Pending, str]], TarDamage | None]:
