@@ -155,3 +155,16 @@ def test_two_tasks_packing_one_name_are_still_refused(tmp_path: Path, zotsink: R
     log = (tmp_path / "out.txt.log").read_bytes()
     assert b"already has a member named 'same.png'" in log and b"run task 1" in log
     assert _extracted(tmp_path) == {"same.png": b"same attempt 1"}
+
+
+def test_ratarmount_shows_the_latest_attempt(tmp_path: Path, zotsink: Run) -> None:
+    factory = pytest.importorskip("ratarmountcore.mountsource.factory")
+    (tmp_path / "tasks.txt").write_text("a\n")
+    _run(zotsink, tmp_path, "append_member", "3", "--retries", "2")
+    assert [a for _k, a, s in _ends(tmp_path) if s == "ok"] == ["3"]
+    source = factory.open_mount_source(
+        str(tmp_path / "arch.tar"), writeIndex=False, indexFilePath=":memory:"
+    )
+    assert list(source.list("/")) == ["a.png"]
+    with source.open(source.lookup("/a.png")) as f:
+        assert f.read() == b"a attempt 3"
