@@ -168,3 +168,18 @@ def test_ratarmount_shows_the_latest_attempt(tmp_path: Path, zotsink: Run) -> No
     assert list(source.list("/")) == ["a.png"]
     with source.open(source.lookup("/a.png")) as f:
         assert f.read() == b"a attempt 3"
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        (["--all"], b"--all lists every member of ARCHIVE: add --list"),
+        (["--ledger", "l"], b"--ledger picks the member of NAME or of each --list line: add one"),
+    ],
+)
+def test_the_listing_options_say_what_they_need(
+    tmp_path: Path, zotsink: Run, args: list[str], why: bytes
+) -> None:
+    (tmp_path / "l").write_text("")
+    r = zotsink("cat", "arch.tar", *args)
+    assert r.returncode == 2 and why in r.stderr and r.stdout == b""

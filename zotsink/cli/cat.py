@@ -74,10 +74,12 @@ def cat_cmd(
         say(f"wrote {n} rows to {dest}")
         return
     if member is not None or listing:
-        from .. import format_listing, latest_members, list_members, read_ledger, read_member
+        from .. import format_listing, latest_members, list_members, read_member
 
         ok = None
         if ledger is not None:
+            from .. import read_ledger  # the ledger's reader loads the record writer: only here
+
             ok = run_api(
                 lambda: {
                     (r.tasknum, int(r.attempt))
