@@ -35,6 +35,7 @@ _LAZY = {
     "is_pack_archive": "zotsink._pack.index",
     "MemberRow": "zotsink._pack.index",
     "list_members": "zotsink._pack.members",
+    "latest_members": "zotsink._pack.members",
     "read_member": "zotsink._pack.members",
     "format_listing": "zotsink._pack.members",
     # side files
@@ -57,6 +58,7 @@ _LAZY = {
     "RunReport": "zotsink._run.runner",
     "task_states": "zotsink._run.runner",
     "TaskState": "zotsink._run.ledger",
+    "read_ledger": "zotsink._run.ledger",
     "task_status": "zotsink._run.status",
     "StatusReport": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
@@ -110,12 +112,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.append import append_member, append_members
     from ._pack.files import pack_files
     from ._pack.index import MemberRow, is_pack_archive
-    from ._pack.members import format_listing, list_members, read_member
+    from ._pack.members import format_listing, latest_members, list_members, read_member
     from ._pack.recover import ArchiveRecoverReport, recover_archive
     from ._pack.verify import ArchiveReport, verify_archive
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
-    from ._run.ledger import TaskState
+    from ._run.ledger import TaskState, read_ledger
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.status import StatusReport, resubmit_specs, task_status, tasks_in
     from ._stream import StreamReport, append_stream

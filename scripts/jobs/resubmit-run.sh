@@ -2,7 +2,7 @@
 # Resubmit exactly the array elements of a `zotsink run` job whose chunk holds a task that
 # is not ok yet (failed, killed, timed out, interrupted, lost, or never run).
 #
-#   scripts/jobs/resubmit-run.sh [SUBMIT-OPTION ...]
+#   scripts/jobs/resubmit-run.sh [--force] [SUBMIT-OPTION ...]
 #
 # `zotsink missing TASKS --ledger LEDGER --chunk CHUNK --array --max-array MAX` prints one
 # line per submission, `SPEC BASE`: the array indices, and the base that makes index N of
@@ -11,6 +11,13 @@
 # Inside the resubmitted elements, `zotsink run` skips the tasks that are already ok.
 # Run it after the array has finished (e.g. from a job with --dependency=afterany:JOBID);
 # run it again until it says every task is ok. SUBMIT-OPTIONs go to sbatch/qsub as they are.
+#
+# It refuses (exit 3, submitting nothing) while a job that ran tasks of the ledger (its
+# `job` column), or one named in JOBID, still has elements queued or running: resubmitted
+# now, they would run twice. It asks the scheduler (Slurm `squeue -h -j ID`, SGE
+# `qstat -j ID`, PBS `qstat ID[]`); when the scheduler cannot be asked (no such command, or
+# it fails for another reason than an unknown job), it says so and goes on. --force
+# resubmits without asking.
 #
 # Settings (environment), the same names as the job scripts:
 #   TASKS      task list                                              [tasks.txt]
@@ -22,8 +29,17 @@
 #   MAX_ARRAY  the site's MaxArraySize (indices stay below it)   [Slurm: from
 #              `scontrol show config`, else 1001; SGE: 75001; PBS: 10001]
 #   JOB        the job script           [zotsink-run.sbatch/.sge/.pbs beside this script]
+#   JOBID      job ids to check besides the ledger's (comma list), e.g. of an array
+#              whose elements are all still queued, so none has written a ledger row
 #   ZOTSINK    the zotsink command                                      [zotsink]
 set -euo pipefail
+
+force=0
+submit=()
+for arg in "$@"; do
+    if [ "$arg" = --force ]; then force=1; else submit+=("$arg"); fi
+done
+set -- ${submit[@]+"${submit[@]}"}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TASKS=${TASKS:-tasks.txt}
@@ -49,6 +65,54 @@ case "$SCHEDULER" in
 esac
 states=()
 [ -z "${STATES:-}" ] || states=(--state "$STATES")
+
+# Job ids that ran tasks of the ledger (its `job` column), and those named in JOBID.
+ledger_jobs() {
+    if [ -f "$LEDGER" ]; then
+        awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "job") c = i; next }
+            c && $c != "" { print $c }' "$LEDGER"
+    fi
+    tr ',' '\n' <<<"${JOBID:-}"
+}
+
+# Whether the scheduler still has job $1 queued or running: prints "yes", "no", or why it
+# cannot tell.
+job_state() {
+    local out rc=0
+    case "$SCHEDULER" in
+        slurm) out=$(squeue -h -j "$1" -o %i 2>&1) || rc=$? ;;
+        sge) out=$(qstat -j "$1" 2>&1) || rc=$? ;;
+        pbs) out=$(qstat "$1[]" 2>&1) || rc=$? ;;
+    esac
+    if [ "$rc" -eq 0 ]; then
+        # squeue answers an ended job with no line; qstat with an error
+        if [ "$SCHEDULER" = slurm ] && [ -z "$out" ]; then echo no; else echo yes; fi
+    elif grep -qiE 'invalid job id|do not exist|unknown job|has finished' <<<"$out"; then
+        echo no
+    else
+        echo "${out:-exit $rc}" | head -n 1
+    fi
+}
+
+if [ "$force" -eq 0 ]; then
+    active=()
+    while read -r id; do
+        [ -n "$id" ] || continue
+        state=$(job_state "$id" 2>&1) || state="cannot run the scheduler's query"
+        case "$state" in
+            yes) active+=("$id") ;;
+            no) ;;
+            *) echo "resubmit-run.sh: warning: cannot ask $SCHEDULER whether job $id still" \
+                "runs ($state); going on as if it did not" >&2 ;;
+        esac
+    done < <(ledger_jobs | sort -u)
+    if [ "${#active[@]}" -gt 0 ]; then
+        echo "resubmit-run.sh: job ${active[*]} still has elements queued or running; their" \
+            "tasks would run twice: run this when it has ended, or give --force to" \
+            "resubmit anyway" >&2
+        exit 3
+    fi
+fi
 
 specs=$("${zotsink[@]}" missing "$TASKS" --ledger "$LEDGER" --chunk "$CHUNK" --array \
     --max-array "$MAX_ARRAY" ${states[@]+"${states[@]}"})

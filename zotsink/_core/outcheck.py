@@ -18,7 +18,9 @@ __all__ = ["PACK_INDEX_HEADER", "check_input_not_out", "check_out", "pack_index_
 
 
 #: The first line of ``ARCHIVE.idx``, the index ``zotsink pack`` keeps beside an archive of
-#: any name: what shows that a file is a pack archive when its name does not.
+#: any name: what shows that a file is a pack archive when its name does not. Later versions
+#: add columns after ``task`` (see ``_pack/index.py``), so a first line that starts with
+#: these columns and goes on with a tab is an index too.
 PACK_INDEX_HEADER: Final = b"offset\tsize\tname\tsha256\ttime\thost\tjob\ttask\n"
 
 
@@ -39,7 +41,8 @@ def pack_index_beside(path: str) -> str | None:
         return None
     finally:
         os.close(fd)
-    return idx if head == PACK_INDEX_HEADER else None
+    same = head[:-1] == PACK_INDEX_HEADER[:-1] and head[-1:] in (b"\n", b"\t")
+    return idx if same else None
 
 
 def check_out(path: str) -> None:

@@ -29,7 +29,7 @@ from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
 from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
 from . import tarfmt
-from .archive import check_adoptable, settle
+from .archive import check_adoptable, rewrite_index, settle
 from .index import HEADER, IndexCache, Row, format_rows, index_path
 from .locked import locked_archive
 from .tarfmt import TarDamage
@@ -46,7 +46,12 @@ __all__ = [
 #: Default largest member (``--max-member``): beyond it a member is refused.
 MAX_MEMBER: Final = 4 << 30
 #: Provenance recorded per member, in the index and in its PAX comment.
-PROVENANCE: Final = ("time", "host", "job", "task")
+PROVENANCE: Final = ("time", "host", "job", "task", "tasknum", "attempt")
+#: ... of which these do not change within a process,
+_FIXED: Final = ("host", "job", "task")
+#: ... and these are the task of ``zotsink run`` and its attempt (empty outside run, and
+#: then left out of the PAX comment, which stays as it was before they were recorded).
+_RUN: Final = ("tasknum", "attempt")
 
 Data = Union[bytes, bytearray, memoryview]
 
@@ -60,7 +65,7 @@ class Pending(NamedTuple):
     mtime: int | None = None  #: None: the time of the append
     uid: int | None = None  #: None: this process's
     gid: int | None = None
-    provenance: Mapping[str, str] | None = None  #: None: this task's (time, host, job, task)
+    provenance: Mapping[str, str] | None = None  #: None: this task's (see PROVENANCE)
 
 
 #: Per process: what each archive's index held at our last look (see IndexCache).
@@ -174,11 +179,12 @@ def _names(uid: int, gid: int) -> tuple[str, str]:
 @functools.lru_cache(maxsize=1)
 def _origin(pid: int) -> tuple[str, ...]:
     # host, job and task do not change within a process (the pid keys a forked child)
-    return tuple(stamp_values(PROVENANCE[1:]))
+    return tuple(stamp_values(_FIXED))
 
 
 def _provenance() -> dict[str, str]:
-    return dict(zip(PROVENANCE, (utc_now(), *_origin(os.getpid()))))
+    # tasknum and attempt are read afresh: a long-lived process may run several tasks
+    return dict(zip(PROVENANCE, (utc_now(), *_origin(os.getpid()), *stamp_values(_RUN))))
 
 
 def _build(items: list[Pending], max_member: int) -> tuple[bytes, list[Row]]:
@@ -209,7 +215,8 @@ def _build(items: list[Pending], max_member: int) -> tuple[bytes, list[Row]]:
         uid = os.getuid() if it.uid is None else it.uid
         gid = os.getgid() if it.gid is None else it.gid
         uname, gname = _names(uid, gid)
-        comment = tarfmt.make_comment({"sha256": digest, **prov})
+        said = {k: v for k, v in prov.items() if v or k not in _RUN}
+        comment = tarfmt.make_comment({"sha256": digest, **said})
         blob = tarfmt.build_member(
             it.name,
             data,
@@ -247,10 +254,15 @@ def append_members(
 
     Returns their index rows. Raises :class:`RecordError` (nothing appended) for a bad name,
     a name already in the archive (unless ``replace``: tar extracts the last member of a
-    name), or a member over ``max_member`` bytes. On a lock timeout or a failed write the
-    members are saved to a spill tar and :class:`LockTimeout` / :class:`LockError` /
-    :class:`WriteError` is raised with its ``spill_path``. ``seal`` ends the archive with
-    the two zero blocks of a finished tar, for export; the next append removes them.
+    name), or a member over ``max_member`` bytes. Under ``zotsink run`` (``ZOTSINK_TASKNUM``
+    and ``ZOTSINK_ATTEMPT`` set) each member records its task and attempt, and a retry may
+    append a name again: when every member of that name is of the same task and an earlier
+    attempt, the new one is appended after them, and tar extracts it.
+
+    On a lock timeout or a failed write the members are saved to a spill tar and
+    :class:`LockTimeout` / :class:`LockError` / :class:`WriteError` is raised with its
+    ``spill_path``. ``seal`` ends the archive with the two zero blocks of a finished tar, for
+    export; the next append removes them.
     """
     raw = members.items() if isinstance(members, Mapping) else members
     items = [m if isinstance(m, Pending) else Pending(m[0], m[1]) for m in raw]
@@ -394,6 +406,16 @@ def _append_locked(
                 cache.refresh(idx_fd, remote)
             for note in settled.notes(path):
                 warnings.warn(note, ZotsinkWarning, stacklevel=4)
+            if cache.old_columns and not cache.problems:
+                # An index of eight columns, from an older version: rewritten whole with the
+                # run columns, so that every row has the columns its first line names. (With
+                # a malformed row it is left as it is: rows of either width are read.)
+                rewrite_index(path, cache.rows, mode=mode, fsync=fsync)
+                os.close(idx_fd)
+                idx_fd = -1
+                idx_fd = _open_index(path, mode)
+                cache.reset()
+                cache.refresh(idx_fd, remote)
             if not replace:
                 _refuse_existing(path, rows, cache)
             _refuse_clashes(path, rows, cache)
@@ -435,13 +457,27 @@ def _append_locked(
 
 
 def _refuse_existing(path: str, rows: list[Row], cache: IndexCache) -> None:
-    for r in rows:
-        at = cache.names.get(r.name)
-        if at is None:
+    taken = [r for r in rows if r.name in cache.names]
+    if not taken:
+        return
+    earlier: dict[str, list[Row]] = {r.name: [] for r in taken}
+    for old in cache.rows:
+        if old.name in earlier:
+            earlier[old.name].append(old)
+    for r in taken:
+        if _is_retry(r, earlier[r.name]):
             continue
-        old = cache.rows[at]
+        old = cache.rows[cache.names[r.name]]
         where = ", ".join(
-            f"{k} {v}" for k, v in (("host", old.host), ("job", old.job), ("task", old.task)) if v
+            f"{k} {v}"
+            for k, v in (
+                ("host", old.host),
+                ("job", old.job),
+                ("task", old.task),
+                ("run task", old.tasknum),
+                ("attempt", old.attempt),
+            )
+            if v
         )
         raise RecordError(
             f"{path} already has a member named {r.name!r} (offset {old.offset}, appended "
@@ -450,6 +486,21 @@ def _refuse_existing(path: str, rows: list[Row], cache: IndexCache) -> None:
             "(tar extracts the last member of a name)",
             path=path,
         )
+
+
+def _is_retry(new: Row, earlier: list[Row]) -> bool:
+    """Whether ``new`` is a later attempt of the run task that appended every member of its
+    name so far: a retry rewrites what its failed attempts wrote, and is appended after
+    them. Anything else (another task, the same or an older attempt, a member packed
+    outside run) is a name given twice by mistake."""
+    mine = new.run_attempt()
+    if mine is None:
+        return False
+    for old in earlier:
+        theirs = old.run_attempt()
+        if theirs is None or theirs[0] != mine[0] or theirs[1] >= mine[1]:
+            return False
+    return True
 
 
 def _seal(fd: int, fsync: bool) -> None:

@@ -71,6 +71,8 @@ def member_row(read: Reader, m: Member, *, strict: bool = True, digest: str = ""
         fields.get("host", ""),
         fields.get("job", ""),
         fields.get("task", ""),
+        fields.get("tasknum", ""),
+        fields.get("attempt", ""),
     )
 
 

@@ -2,10 +2,15 @@
 
 Columns: ``offset`` (where the member's first header starts), ``size`` (its data bytes),
 ``name``, ``sha256`` (of its data), ``time`` (UTC, when it was appended), ``host``, ``job``,
-``task``. The first line names them. Fields are escaped by tsv records' own escape
-(:func:`zotsink._core.records.escape_tsv`: ``\\\\``, ``\\t``, ``\\n``, ``\\r``). A row is
-appended under the archive's lock only after the member's data was written (and fsynced,
-per the sync policy), so a row means the member is whole.
+``task``, ``tasknum`` and ``attempt`` (the task of ``zotsink run`` that appended it, and which
+start of that task: empty outside ``run``). The first line names them. An index written
+before the last two columns existed has eight columns (:data:`OLD_HEADER`); it is read as
+before, with those two empty, and the next append rewrites it with all ten.
+
+Fields are escaped by tsv records' own escape (:func:`zotsink._core.records.escape_tsv`:
+``\\\\``, ``\\t``, ``\\n``, ``\\r``). A row is appended under the archive's lock only after
+the member's data was written (and fsynced, per the sync policy), so a row means the member
+is whole.
 
 The index is an accelerator, never the only truth: every field but the provenance is in
 the archive's own headers, and pack also records sha256 and provenance in each member's
@@ -25,6 +30,7 @@ from .._core.records import escape_tsv, unescape_tsv
 __all__ = [
     "COLUMNS",
     "HEADER",
+    "OLD_HEADER",
     "IndexCache",
     "MemberRow",
     "Row",
@@ -32,11 +38,18 @@ __all__ = [
     "index_path",
     "is_pack_archive",
     "parse_index",
+    "run_attempt",
 ]
 
-#: The first line, defined in _core: record writers look for it to refuse an archive as OUT.
-HEADER: Final = PACK_INDEX_HEADER
+#: The first line of an index of eight columns, defined in _core: record writers look for
+#: its columns to refuse an archive as OUT. Indexes written before ``tasknum`` and
+#: ``attempt`` were recorded start with it.
+OLD_HEADER: Final = PACK_INDEX_HEADER
+#: The first line of an index: the eight columns, then the task of ``run`` and its attempt.
+HEADER: Final = PACK_INDEX_HEADER[:-1] + b"\ttasknum\tattempt\n"
 COLUMNS: Final = tuple(HEADER.decode().rstrip("\n").split("\t"))
+#: Fields of a row of an eight-column index.
+_OLD_WIDTH: Final = OLD_HEADER.count(b"\t") + 1
 
 
 def index_path(archive: str) -> str:
@@ -63,9 +76,23 @@ class Row(NamedTuple):
     host: str = ""
     job: str = ""
     task: str = ""
+    tasknum: str = ""  #: the task of ``zotsink run`` that appended it ("" outside run)
+    attempt: str = ""  #: which start of that task (1, 2, ...)
+
+    def run_attempt(self) -> tuple[int, int] | None:
+        """``(tasknum, attempt)`` when a task of ``zotsink run`` appended the member, else None."""
+        return run_attempt(self.tasknum, self.attempt)
 
     def to_dict(self) -> dict[str, object]:
         return self._asdict()
+
+
+def run_attempt(tasknum: str, attempt: str) -> tuple[int, int] | None:
+    """The recorded task and attempt of ``zotsink run`` as numbers; None when either is not
+    a number (a member packed outside run, or by a version that did not record them)."""
+    if tasknum.isdigit() and attempt.isdigit():
+        return int(tasknum), int(attempt)
+    return None
 
 
 #: The public name of :class:`Row` (``zotsink.MemberRow``); inside the package it stays Row.
@@ -82,8 +109,8 @@ def format_rows(rows: Iterable[Row]) -> bytes:
 def parse_row(line: bytes) -> Row:
     """One row (without its newline); ValueError when it is not a well-formed row."""
     fields = line.decode("utf-8", "surrogateescape").split("\t")
-    if len(fields) != len(COLUMNS):
-        raise ValueError(f"{len(fields)} fields, not {len(COLUMNS)}")
+    if len(fields) not in (_OLD_WIDTH, len(COLUMNS)):
+        raise ValueError(f"{len(fields)} fields, not {len(COLUMNS)} (or {_OLD_WIDTH})")
     offset, size = int(fields[0]), int(fields[1])
     if offset < 0 or size < 0 or offset % 512:
         raise ValueError("offset or size out of range")
@@ -109,7 +136,7 @@ def parse_index(data: bytes, start: int = 0) -> tuple[list[Row], list[str], int]
         for line in lines:
             at = start + pos
             pos += len(line) + 1
-            if at == 0 and line + b"\n" == HEADER:
+            if at == 0 and line + b"\n" in (HEADER, OLD_HEADER):
                 continue
             try:
                 rows.append(parse_row(line))
@@ -131,6 +158,8 @@ class IndexCache:
         self.rows: list[Row] = []
         self.names: dict[str, int] = {}  # name -> position in rows of its last row
         self.problems: list[str] = []
+        #: the index has the eight columns of an older version (its first line is OLD_HEADER)
+        self.old_columns = False
         #: (device, inode, size) of the archive as this process left it: when it is still
         #: so, nobody wrote since, and the last member need not be checked again
         self.archive_end: tuple[int, int, int] | None = None
@@ -143,10 +172,12 @@ class IndexCache:
         dev, ino, size = fresh_stat(fd, coherent)
         ident = (dev, ino)
         if ident != self.ident or size < self.consumed:
-            self.__init__()  # type: ignore[misc]
+            self.reset()
             self.ident = ident
         if size > self.consumed:
             data = _pread_all(fd, self.consumed, size - self.consumed)
+            if self.consumed == 0:
+                self.old_columns = data.startswith(OLD_HEADER)
             rows, problems, end = parse_index(data, self.consumed)
             base = len(self.rows)
             self.rows.extend(rows)
@@ -155,6 +186,10 @@ class IndexCache:
             self.problems.extend(problems)
             self.consumed = end
         return size
+
+    def reset(self) -> None:
+        """Forget everything: the next refresh reads the index from its first byte."""
+        self.__init__()  # type: ignore[misc]
 
     def add(self, rows: Iterable[Row], new_end: int) -> None:
         """Note rows this process appended itself, ending the file at ``new_end``."""

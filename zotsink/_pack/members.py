@@ -9,6 +9,11 @@ The archive is the final word, as for the writers: the index is checked against 
 members after the last indexed one are read from the archive. An index that is missing,
 damaged, stale (for another archive, or from before a rebuild), or planted, is not used: the
 archive is walked, with a warning.
+
+A name may have several members: ``--replace``, and the retries of a task of
+``zotsink run``, each appended after the attempts before it. The last member of a name is
+the one tar extracts, and the one read here; given the ``ok`` attempts of a run's ledger,
+the last member of an ``ok`` attempt (or one packed outside run) is read instead.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import hashlib
 import os
 import stat
 import warnings
+from collections.abc import Collection
 
 from .._core.fileio import side_file_problem
 from ..errors import InputError, ZotsinkWarning
@@ -25,7 +31,10 @@ from .archive import indexed_end, member_row
 from .index import COLUMNS, Row, format_rows, index_path, read_index
 from .tarfmt import TarDamage
 
-__all__ = ["format_listing", "list_members", "read_member"]
+__all__ = ["OkAttempts", "format_listing", "latest_members", "list_members", "read_member"]
+
+#: ``(tasknum, attempt)`` of the attempts of ``zotsink run`` that ended ``ok``.
+OkAttempts = Collection[tuple[int, int]]
 
 
 def _open(path: str) -> int:
@@ -104,12 +113,45 @@ def format_listing(rows: list[Row]) -> bytes:
     return ("\t".join(COLUMNS) + "\n").encode() + format_rows(rows)
 
 
-def read_member(path: str | os.PathLike[str], name: str) -> bytes:
+def _counts(row: Row, ok: OkAttempts | None) -> bool:
+    """Whether ``row`` may be the member read for its name: any, without ``ok``; else one
+    packed outside run or by an attempt that ended ``ok``."""
+    if ok is None:
+        return True
+    attempt = row.run_attempt()
+    return attempt is None or attempt in ok
+
+
+def latest_members(rows: list[Row], ok: OkAttempts | None = None) -> list[Row]:
+    """One row per name, in archive order: the member :func:`read_member` reads for it.
+
+    ``ok``: the ``(tasknum, attempt)`` pairs a run's ledger calls ok; a name that only
+    attempts not among them appended is left out.
+    """
+    chosen: dict[str, Row] = {}
+    for r in rows:
+        if _counts(r, ok):
+            chosen[r.name] = r
+    return sorted(chosen.values(), key=lambda r: r.offset)
+
+
+def read_member(path: str | os.PathLike[str], name: str, *, ok: OkAttempts | None = None) -> bytes:
     """The data of the member called ``name`` (the last one, when there are several, as tar
-    extracts it), found through the index and checked against its sha256."""
+    extracts it), found through the index and checked against its sha256.
+
+    ``ok``: the ``(tasknum, attempt)`` pairs a run's ledger calls ok: the last member of
+    the name packed by one of them, or outside run. InputError when there is none.
+    """
     path = os.fspath(path)
-    rows = list_members(path)
-    row = next((r for r in reversed(rows) if r.name == name), None)
+    rows = [r for r in list_members(path) if r.name == name]
+    row = next((r for r in reversed(rows) if _counts(r, ok)), None)
+    if row is None and rows:
+        tried = ", ".join(f"task {r.tasknum} attempt {r.attempt}" for r in rows)
+        raise InputError(
+            f"{path}: every member named {name!r} was appended by an attempt that did not end "
+            f"ok in the ledger ({tried}); without the ledger the last of them is read",
+            path=path,
+        )
     if row is None:
         raise InputError(
             f"{path} has no member named {name!r}: `zotsink cat {path} --list` lists them",

@@ -50,7 +50,8 @@ class _Size(click.ParamType):
     "--stamp",
     metavar="[FIELDS]",
     shell_complete=complete_list(stamp_field_choices),
-    help="Build the default prefix from these of time,host,pid,job,task [default: job,task].",
+    help="Build the default prefix from these of time,host,pid,job,task,tasknum,attempt "
+    "[default: job,task].",
 )
 @click.option("--replace", is_flag=True, help="Add a member even if its name is taken.")
 @click.option("--seal", is_flag=True, help="End the archive with zero blocks (for export).")
@@ -84,6 +85,8 @@ def pack_cmd(
 
     The members of one command are adjacent; ARCHIVE stays a plain tar that tar, bsdtar,
     Python's tarfile, ratarmount and webdataset read. ARCHIVE.idx lists the members.
+    Under `zotsink run` each member records its task and attempt, and a retry of a
+    task may append the names of its earlier attempts again (tar extracts the last).
 
     \b
     Exit codes: 0 appended, 1 a FILE refused or a name already in ARCHIVE (nothing
