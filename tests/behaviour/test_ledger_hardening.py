@@ -170,3 +170,28 @@ def test_a_chunk_reads_only_its_rows_and_still_sees_a_torn_one(tmp_path: Path) -
     assert [r.tasknum for r in read_ledger(ledger, tasknums=set())] == []
     with pytest.warns(ZotsinkWarning, match="torn"):
         assert len(list(read_ledger(ledger))) == 2000
+
+
+def test_a_long_run_of_zero_bytes_is_skipped_without_holding_it(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    """What a node crash can leave where a row was being written: no newline, only zeros."""
+    tasks = write_tasks(tmp_path / "tasks.txt", 2)
+    r = zotsink("run", tasks, "out.tsv", "--index", "1", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    size = 80 << 20
+    with open(tmp_path / "out.tsv.ledger", "ab") as f:
+        f.truncate(f.tell() + size)  # a hole reads as zeros
+    r = zotsink("run", tasks, "out.tsv", "--index", "2", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    status = subprocess.Popen(
+        [sys.executable, "-m", "zotsink", "status", tasks, "out.tsv"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )
+    err = status.stderr.read() if status.stderr else b""
+    _pid, code, usage = os.wait4(status.pid, 0)
+    status.returncode = os.waitstatus_to_exitcode(code)
+    assert status.returncode == 0, err
+    assert b"2 tasks: 2 ok" in err and b"torn row" in err, err
+    assert usage.ru_maxrss * 1024 < size, usage.ru_maxrss  # never held whole

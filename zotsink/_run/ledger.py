@@ -22,7 +22,7 @@ from typing import Any, Final, NamedTuple
 
 from .._core import sidefiles
 from .._core.fileio import pread_chunks, side_file_problem
-from .._core.records import Encoder, decode_row, unescape_tsv
+from .._core.records import MAX_LINE, Encoder, decode_row, unescape_tsv
 from .._core.stamp import stamp_values, utc_now
 from .._core.writer import Writer
 from .._read import snapshot
@@ -225,17 +225,35 @@ class LedgerScan:
     def _blocks(self) -> Iterator[tuple[int, int, bytes]]:
         """(number of the block's first line, its offset, whole lines of the ledger) in
         blocks; a final piece with no newline (a row being written, or torn) is not a row
-        yet."""
-        lineno = 1
-        offset = 0
-        rest = b""
+        yet. A line longer than any record may be (``MAX_LINE``: a crash can leave a run of
+        zero bytes where a row was being written) is never held whole: it is skipped to
+        its newline and counted as a torn row."""
+        lineno, offset = 1, 0
+        rest: list[bytes] = []
+        held = 0  # bytes in ``rest``: the start of a line whose newline is still to come
+        skipping = False
         for chunk in pread_chunks(self._fd, self._size, 1 << 22):
+            if skipping:
+                nl = chunk.find(b"\n")
+                if nl < 0:
+                    offset += len(chunk)
+                    continue
+                self.torn.append(lineno)
+                lineno += 1
+                offset += nl + 1
+                chunk = chunk[nl + 1 :]
+                skipping = False
             nl = chunk.rfind(b"\n")
             if nl < 0:
-                rest += chunk
+                rest.append(chunk)
+                held += len(chunk)
+                if held > MAX_LINE:
+                    offset += held
+                    rest, held, skipping = [], 0, True
                 continue
-            block = rest + chunk[: nl + 1] if rest else chunk[: nl + 1]
-            rest = chunk[nl + 1 :]
+            block = b"".join([*rest, chunk[: nl + 1]]) if rest else chunk[: nl + 1]
+            rest = [chunk[nl + 1 :]] if nl + 1 < len(chunk) else []
+            held = len(chunk) - nl - 1
             yield lineno, offset, block
             lineno += block.count(b"\n")
             offset += len(block)
