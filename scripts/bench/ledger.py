@@ -7,6 +7,10 @@ from a run process that is gone), then runs, alternately and R times each:
 
     zotsink status tasks.txt --ledger out.tsv.ledger
     zotsink missing tasks.txt --ledger out.tsv.ledger
+    zotsink run tasks.txt out.tsv --index 2 --chunk 100 -- true
+
+(the last one finds its 100 tasks in the ledger: the first run of all runs the three that
+failed, every later one finds all ok and runs nothing)
 
 and prints the wall time and peak RSS (from ``wait4``) of each, with the load average before
 and after. With ``--root`` the same commands run a second tree too (its zotsink on
@@ -110,13 +114,22 @@ def main() -> None:
         tasks, ledger = _make(work, args.tasks)
         size = os.path.getsize(ledger) / 1e6
         print(f"{args.tasks:,} tasks, ledger {size:.0f} MB, {args.runs} runs each")
-        print(
-            f"load before: {os.getloadavg()[0]:.2f}  "
-            f"({datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC)"
-        )
+        now = datetime.datetime.now(datetime.timezone.utc)
+        print(f"load before: {os.getloadavg()[0]:.2f}  ({now:%Y-%m-%d %H:%M} UTC)")
         commands = {
             "status": ["status", tasks, "--ledger", ledger],
             "missing --ledger": ["missing", tasks, "--ledger", ledger],
+            "run --chunk 100": [
+                "run",
+                tasks,
+                os.path.join(work, "out.tsv"),
+                "--index",
+                "2",
+                "--chunk",
+                "100",
+                "--",
+                "true",
+            ],
         }
         for name, argv in commands.items():
             results: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in roots}

@@ -170,3 +170,81 @@ def test_a_chunk_reads_only_its_rows_and_still_sees_a_torn_one(tmp_path: Path) -
     assert [r.tasknum for r in read_ledger(ledger, tasknums=set())] == []
     with pytest.warns(ZotsinkWarning, match="torn"):
         assert len(list(read_ledger(ledger))) == 2000
+
+
+def test_a_long_run_of_zero_bytes_is_skipped_without_holding_it(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    """What a node crash can leave where a row was being written: no newline, only zeros."""
+    tasks = write_tasks(tmp_path / "tasks.txt", 2)
+    r = zotsink("run", tasks, "out.tsv", "--index", "1", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    size = 80 << 20
+    with open(tmp_path / "out.tsv.ledger", "ab") as f:
+        f.truncate(f.tell() + size)  # a hole reads as zeros
+    r = zotsink("run", tasks, "out.tsv", "--index", "2", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    # Started from a small launcher: Linux charges a child the memory of the process it
+    # was forked from, up to its exec, and a pytest worker may have grown large.
+    launch = (
+        "import os, subprocess, sys\n"
+        "p = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)\n"
+        "err = p.stderr.read()\n"
+        "_pid, status, ru = os.wait4(p.pid, 0)\n"
+        "sys.stderr.buffer.write(err)\n"
+        "print(os.waitstatus_to_exitcode(status), ru.ru_maxrss)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", launch, sys.executable, "-m", "zotsink", "status", tasks, "out.tsv"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    )
+    code, maxrss_kib = map(int, r.stdout.split())
+    assert code == 0, r.stderr
+    assert b"2 tasks: 2 ok" in r.stderr and b"torn row" in r.stderr, r.stderr
+    assert maxrss_kib * 1024 < size, maxrss_kib  # never held whole
+
+
+def test_status_and_missing_keep_a_few_bytes_per_task(tmp_path: Path) -> None:
+    """100,000 tasks (200,000 rows): each command's peak RSS stays far below what holding
+    every row as objects takes (about 2 kB a task)."""
+    n = 100_000
+    (tmp_path / "tasks.txt").write_text("".join(f"img/{i:07d}.jpg\n" for i in range(1, n + 1)))
+    host = os.uname().nodename
+    rows = []
+    for i in range(1, n + 1):
+        common = f"{i}\timg/{i:07d}.jpg\t1\t77\t{i // 100}\t{host}\t1"
+        rows.append(f"start\t2026-11-24T10:00:00.{i:06d}Z\t{common}\t\t\t\t\t\t\t\n")
+        status = "failed" if i % 1000 == 0 else "ok"
+        rows.append(
+            f"end\t2026-11-24T11:00:00.{i:06d}Z\t{common}\t{status}\t0\t\t{i % 7}\t1\t9\t\n"
+        )
+    (tmp_path / "out.tsv.ledger").write_text("\t".join(LEDGER_COLUMNS) + "\n" + "".join(rows))
+    launch = (
+        "import os, resource, subprocess, sys\n"
+        "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
+        "sys.stderr.buffer.write(p.stderr)\n"
+        "sys.stdout.buffer.write(p.stdout)\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "sys.stdout.write(f'\\n{p.returncode} {peak}')\n"
+    )
+    zotsink = [sys.executable, "-m", "zotsink"]
+    failed = ",".join(str(i) for i in range(1000, n + 1, 1000))
+    for argv, code in (
+        (["status", "tasks.txt", "out.tsv", "--json"], 1),
+        (["missing", "tasks.txt", "--ledger", "out.tsv.ledger", "--array"], 0),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", launch, *zotsink, *argv], cwd=tmp_path, capture_output=True
+        )
+        out, _, tail = r.stdout.rpartition(b"\n")
+        got, maxrss_kib = map(int, tail.split())
+        assert got == code, r.stderr
+        if argv[0] == "status":
+            report = json.loads(out)
+            assert (report["total"], report["counts"]["ok"]) == (n, n - 100)
+            assert report["not_ok"] == failed
+        else:
+            assert out == failed.encode() + b"\n"
+        assert maxrss_kib < 100 * 1024, (argv[0], maxrss_kib)

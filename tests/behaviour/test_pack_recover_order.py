@@ -69,3 +69,21 @@ def test_a_spilled_member_newer_than_the_archives_goes_in_last(
     assert r.returncode == 0, r.stderr
     assert not spill.exists()
     assert zotsink("cat", "a.tar", "m").stdout == b"spilled"
+
+
+def test_a_spilled_member_that_clashes_with_a_newer_one_is_kept(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    pack(tmp_path, zotsink, b"first")
+    (tmp_path / "f").write_bytes(b"under res")
+    with held(tmp_path / "a.tar"):
+        r = zotsink("pack", "a.tar", "f", "--name", "res/x", "--timeout", "0.5")
+    assert r.returncode == 75, r.stderr
+    (spill,) = tmp_path.glob("a.tar.spill.*")
+    (tmp_path / "f").write_bytes(b"a file res")
+    assert zotsink("pack", "a.tar", "f", "--name", "res").returncode == 0
+    r = zotsink("recover", "a.tar", "--timeout", "5")
+    assert r.returncode == 1, r.stderr
+    assert b"kept" in r.stderr and b"as a directory" in r.stderr, r.stderr
+    assert spill.exists()
+    assert zotsink("cat", "a.tar", "res").stdout == b"a file res"

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink import InputError, UsageError
-from zotsink._run.tasks import chunk_of, chunk_range, read_tasks, scheduler_index, split_spec
+from zotsink._run.tasks import (
+    Task,
+    chunk_of,
+    chunk_range,
+    read_tasks,
+    scheduler_index,
+    split_spec,
+)
 
 
 def expand(spec: str) -> list[int]:
@@ -101,3 +108,13 @@ def test_chunk_of_inverts_chunk_range() -> None:
     for index in range(1, 20):
         for t in chunk_range(index, 7, 1):
             assert chunk_of(t, 7, 1) == index
+
+
+def test_only_makes_tasks_of_the_numbers_asked_for(tmp_path: Path) -> None:
+    p = tmp_path / "t"
+    p.write_bytes(b"a\n\n# c\nd\r\ne\nf")
+    full, count = read_tasks(p)
+    assert count == 6
+    part, count = read_tasks(p, only=chunk_range(2, 2, 1))  # lines 3 and 4
+    assert (part, count) == ([Task(4, "d")], 6)
+    assert read_tasks(p, only=range(1, 100))[0] == full

@@ -21,6 +21,7 @@ from typing import NamedTuple
 from .._core.fileio import fsync_dir, pread_chunks
 from .._core.sidefiles import find_spills
 from .._core.spilltake import Refused, check_spill_names, locked_spill
+from ..errors import UsageError
 from . import tarfmt
 from .append import Pending, append_pending
 from .index import Row, index_path, read_index
@@ -93,6 +94,9 @@ def recover_archive(
         except _Superseded as e:
             added += e.added
             skipped += e.skipped
+            left.append(f"{p}: kept, {e}")
+            continue
+        except UsageError as e:  # a name tar could not extract beside the archive's others
             left.append(f"{p}: kept, {e}")
             continue
         done.append(p)

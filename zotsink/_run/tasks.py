@@ -9,7 +9,7 @@ B runs the lines ``(index - B) * K + 1`` ... ``(index - B + 1) * K``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from .._check.missing import array_spec
@@ -44,20 +44,25 @@ class Task(NamedTuple):
     line: str  # the line without its newline
 
 
-def read_tasks(path: str | os.PathLike[str]) -> tuple[list[Task], int]:
+def read_tasks(
+    path: str | os.PathLike[str], *, only: Container[int] | None = None
+) -> tuple[list[Task], int]:
     """The runnable tasks of ``path`` and its number of lines.
 
     Lines are decoded as UTF-8 with surrogate escapes, so a file name in another encoding
-    reaches the command byte for byte.
+    reaches the command byte for byte. ``only`` (a :func:`chunk_range`): just those task
+    numbers, the others never made into objects.
     """
-    lines, count = task_lines(path)
+    lines, count = task_lines(path, only=only)
     return [Task(num, text) for num, text in lines.items()], count
 
 
-def task_lines(path: str | os.PathLike[str]) -> tuple[dict[int, str], int]:
-    """The runnable lines of ``path`` by task number, and its number of lines: what
-    :func:`read_tasks` gives, without a :class:`Task` per line (a million of them are a
-    tenth of a gigabyte that ``status`` does not need)."""
+def task_lines(
+    path: str | os.PathLike[str], *, only: Container[int] | None = None
+) -> tuple[dict[int, str], int]:
+    """The runnable lines of ``path`` by task number (of ``only``, when given), and its
+    number of lines: what :func:`read_tasks` gives, without a :class:`Task` per line (a
+    million of them are a tenth of a gigabyte that ``status`` does not need)."""
     p = os.fspath(path)
     try:
         with open(p, "rb") as f:
@@ -81,6 +86,8 @@ def task_lines(path: str | os.PathLike[str]) -> tuple[dict[int, str], int]:
         lines.pop()  # the final newline ends the last line; it starts no new one
     tasks: dict[int, str] = {}
     for num, text in enumerate(lines, 1):
+        if only is not None and num not in only:
+            continue
         if text.endswith("\r"):
             text = text[:-1]  # a task list saved on Windows
         if text.strip() and not text.lstrip().startswith("#"):
