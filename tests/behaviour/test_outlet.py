@@ -288,3 +288,43 @@ def test_run_logs_the_head_of_a_stderr_line_over_the_limit(
         b"1\tzotsink: the line above was 20971520 bytes long, cut to 1024; "
         b"the output ended without a newline\n"
     )
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (/proc/PID/status SigCgt)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def test_sigterm_ends_a_run_waiting_for_the_ledger_s_lock(
+    tmp_path: Path,
+    zotsink_cmd: list[str],
+    child_env: Callable[..., dict[str, str]],
+    reap: Callable[[Proc], Proc],
+    hold,
+) -> None:
+    (tmp_path / "tasks.txt").write_text("echo rec\n")
+    (tmp_path / "out.txt.ledger").write_text("")
+    holder = hold(tmp_path / "out.txt.ledger")
+    proc = reap(
+        subprocess.Popen(
+            [*zotsink_cmd, "run", "tasks.txt", "out.txt", "--shell"],  # --timeout: 600 s
+            cwd=tmp_path,
+            env=child_env(),
+            stderr=subprocess.PIPE,
+        )
+    )
+    # once run catches SIGTERM it is reading the ledger, or about to: the lock is held
+    end = time.monotonic() + 60
+    while not catches(proc.pid, signal.SIGTERM):
+        assert time.monotonic() < end and proc.poll() is None, "run did not start"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    holder.communicate(b"", timeout=30)
+    assert proc.returncode == 75, err.decode()
+    assert "out.txt.ledger: stopped by signal 15 while waiting for its lock" in err.decode()
+    assert not (tmp_path / "out.txt").exists()

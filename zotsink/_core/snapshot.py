@@ -10,11 +10,17 @@ every writer. OUT, the ledger and the pack index are all read this way.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
+from typing import Final
 
-from ..errors import InputError
+from ..errors import InputError, LockTimeout
 from .fileio import file_kind, open_regular, pread_chunks
 from .locking import Locker, open_locked
+from .stop import Stopper
+
+#: While a reader waits for the lock, how often it looks for a stop signal (seconds).
+_STOP_CHECK: Final = 1.0
 
 __all__ = ["iter_snapshot", "snapshot"]
 
@@ -32,14 +38,38 @@ def _open_for_reading(p: str) -> int:
 
 
 def snapshot(
-    path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+    path: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
 ) -> tuple[int, int]:
-    """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd."""
+    """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd.
+
+    With ``stopper`` (a command that catches stop signals, such as ``run`` reading its
+    ledger) the wait for the lock ends soon after a stop signal, with :class:`LockTimeout`:
+    anyone who can read the file can hold its lock.
+    """
     p = os.fspath(path)
     locker = Locker(lock, p)
-    (fd, _dev, _ino), st, _waited = open_locked(
-        p, lambda: _open_for_reading(p), locker, timeout, shared=True
-    )
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        step = left if stopper is None else min(left, _STOP_CHECK)
+        try:
+            (fd, _dev, _ino), st, _waited = open_locked(
+                p, lambda: _open_for_reading(p), locker, step, shared=True
+            )
+            break
+        except LockTimeout:
+            if stopper is not None and stopper.signum is not None:
+                raise LockTimeout(
+                    f"{p}: stopped by signal {stopper.signum} while waiting for its lock "
+                    "(held by another process)",
+                    path=p,
+                ) from None
+            if step >= left:
+                raise
     try:
         locker.release()
     except BaseException:

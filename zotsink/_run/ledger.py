@@ -332,10 +332,11 @@ def read_states(
     *,
     lock: str = "auto",
     timeout: float = 600.0,
+    stopper: Stopper | None = None,
 ) -> tuple[dict[int, TaskState], int]:
     """The state of each task in ``keys`` (number -> line) from a snapshot of the ledger,
     and the snapshot's size (where :meth:`Ledger.begin` starts looking for news)."""
-    scan = LedgerScan(path, lock=lock, timeout=timeout)
+    scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
     try:
         rows = (scan.row(n, line) for n, _at, line in scan.lines(keys))
         return states_of(keys, rows), scan.size
@@ -357,7 +358,12 @@ class LedgerScan:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock: str = "auto",
+        timeout: float = 600.0,
+        stopper: Stopper | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.torn: list[int] = []  # line numbers of the torn rows seen
@@ -367,7 +373,7 @@ class LedgerScan:
         self._later: list[int] = []  # where LATER_COLUMNS are in this ledger (-1: not)
         if not os.path.lexists(self.path):
             return
-        self._fd, self._size = snapshot(self.path, lock=lock, timeout=timeout)
+        self._fd, self._size = snapshot(self.path, lock=lock, timeout=timeout, stopper=stopper)
         problem = side_file_problem(os.fstat(self._fd))
         if problem:
             self.close()

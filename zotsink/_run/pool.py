@@ -40,6 +40,8 @@ __all__ = ["Pool", "Tasking"]
 
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
 KILL_AFTER: Final = 5.0
+#: Tasks that could not start, before any did, after which run stops starting more.
+HALT_AFTER: Final = 3
 #: Seconds a task's pipes may stay open after it exited (a background child holds them).
 PIPE_LINGER: Final = 2.0
 _READ_SIZE: Final = 1 << 16
@@ -120,6 +122,9 @@ class Pool:
         self.tries: dict[int, int] = {}  # attempts in this run, per task
         self.final: dict[int, str] = {}
         self.elsewhere: dict[int, Task] = {}  # done or running in another run: not started
+        self.started_ok = 0  # task processes that started
+        self.start_failures = 0  # tasks that could not start before any did
+        self.halted: str | None = None  # why run stopped starting tasks early
         self.started = 0
         self.stopping = False
         self.ledger_error: Exception | None = None
@@ -217,10 +222,23 @@ class Pool:
                 env=env,
             )
         except OSError as e:
-            proc.notes.append(f"cannot start: {e.strerror or e}")
-            self._log(task.num, f"zotsink: cannot start the task: {e.strerror or e}".encode())
+            argv = task_argv(self.how.command, task.line, self.how.shell)
+            why = f"cannot start {argv[0]!r}: {e.strerror or e}"
+            proc.notes.append(why)
+            self._log(task.num, f"zotsink: {why}".encode())
             proc.exited_at = time.monotonic()
+            if not self.started_ok:
+                self.start_failures += 1
+                if self.start_failures >= HALT_AFTER:
+                    # a mistyped command fails every task the same way: stop, and say why,
+                    # rather than fail the whole list one task at a time
+                    self.halted = (
+                        f"the first {self.start_failures} tasks could not start ({why}); "
+                        "nothing more was started: fix the command and run again"
+                    )
+                    self.queue.clear()
             return
+        self.started_ok += 1
         assert proc.popen.stdout is not None and proc.popen.stderr is not None
         proc.out_fd = proc.popen.stdout.fileno()
         proc.err_fd = proc.popen.stderr.fileno()

@@ -17,6 +17,7 @@ from .._core.header import make_encoder
 from .._core.options import BATCH_BYTES, MAX_TIMEOUT, check_seconds, write_options
 from .._core.outlet import Outcome, Outlet
 from .._core.records import format_for
+from .._core.sidefiles import side_mode
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import UsageError
@@ -45,6 +46,7 @@ class RunReport(NamedTuple):
     error: Exception | None  # the first LockError/WriteError/HeaderMismatch, if any
     outcomes: tuple[Outcome, ...] = ()  # OUT's, the log's and the ledger's
     elsewhere: int = 0  # tasks not started: another run finished or is running them
+    halted: str | None = None  # why run stopped starting tasks early (a command that cannot start)
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -161,17 +163,26 @@ def run_tasks(
                 f"the task list {os.fspath(tasks)} is also {what}: give {opt} another name"
             )
 
-    todo, _ = read_tasks(tasks)
     if index is None:
         index = scheduler_index(env)
-    if index is not None:
-        wanted = chunk_range(index, chunk, base)
-        todo = [t for t in todo if t.num in wanted]
+    wanted = chunk_range(index, chunk, base) if index is not None else None
+    todo, count = read_tasks(tasks, only=wanted)  # only the chunk's tasks become objects
+    if wanted is not None and wanted.start > count:
+        # an array submitted with too many elements (or the wrong --chunk/--base) must not
+        # look like a finished run
+        raise UsageError(
+            f"array index {index} runs tasks {wanted.start}-{wanted.stop - 1}, but "
+            f"{os.fspath(tasks)} has {count} lines: check the array range, --chunk {chunk} "
+            f"and --base {base} (`zotsink missing TASKS --ledger LEDGER --array` gives the "
+            "spec to submit)"
+        )
     fmt = format_for(out, opts.format)
     template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
     book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
     keys = {t.num: t.line for t in todo}
-    states, seen = read_states(ledger_path, keys, lock=opts.lock, timeout=opts.timeout)
+    states, seen = read_states(
+        ledger_path, keys, lock=opts.lock, timeout=opts.timeout, stopper=stopper
+    )
     book.begin(keys, states, seen, rerun=rerun)
     queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
 
@@ -191,7 +202,16 @@ def run_tasks(
         book=book,
         template=template,
         out=_outlet(Writer(out, lock=opts.lock, sync=opts.sync, header=template.header_line())),
-        log=_outlet(Writer(log_path, lock=opts.lock, sync=opts.sync)),
+        # the log is this user's own, as the ledger is: never through a link, never planted
+        log=_outlet(
+            Writer(
+                log_path,
+                lock=opts.lock,
+                sync=opts.sync,
+                side_file=True,
+                mode=side_mode(out),
+            )
+        ),
         stopper=stopper,
     )
     try:
@@ -215,4 +235,5 @@ def run_tasks(
         error=o.error or lg.error or runner.ledger_error,
         outcomes=(o, lg, bk),
         elsewhere=len(runner.elsewhere),
+        halted=runner.halted,
     )

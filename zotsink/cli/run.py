@@ -186,11 +186,12 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
     parts = [f"{len(nums)} {state}" for state, nums in counts.items()]
     if r.skipped:
         parts.append(f"{r.skipped} already ok")
+    if r.elsewhere:
+        parts.append(f"{r.elsewhere} done or running in another run")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
+    # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
-        f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; "
-        f"{r.records} records into {out}",
-        level=0 if bad else 1,
+        f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; {r.records} records into {out}"
     )
     if bad:
         shown = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")
@@ -198,6 +199,8 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
             f"tasks not ok: {shown}; their stderr is in {r.log_path}; "
             f"`zotsink status {tasks} {out}` shows where all stand"
         )
+    if r.halted is not None:
+        click.echo(f"zotsink: error: {r.halted}", err=True)
     failed = report_outcome(r.outcomes)
     if r.error is not None and all(r.error is not o.error for o in r.outcomes):
         # the ledger refused a start row: the tasks it announced were not run
