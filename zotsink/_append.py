@@ -45,8 +45,8 @@ class _Target:
         enc = self.encoder
         had_header = enc.columns is not None
         line = enc.encode(record)  # takes the time itself when the stamp has one
-        if not had_header:
-            self.outlet.follow(enc)  # the first mapping may have named the columns
+        if not had_header and enc.columns is not None:
+            self.outlet.follow(enc)  # the first mapping named the columns
         return line
 
     def encode(self, records: Iterable[Record]) -> tuple[bytes, int]:

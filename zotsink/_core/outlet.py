@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, NamedTuple
 
-from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError
+from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError, ZotsinkError
 from .batch import Batch
 from .blocks import UNCOUNTED, Held, LongLine, lines_of
 from .fileio import split_lines
@@ -98,8 +98,8 @@ class Outlet:
         self.rejects_file: str | None = None
         self.error: Exception | None = None
         self._hurry = False  # a wait for the lock timed out and no append went through since
-        #: The caller is ending (a stop, an error): no wait is longer than STOP_LOCK_TIMEOUT.
-        self.stopping = False
+        self._stopping = False
+        self._plain = stopper is None  # no stop to look for, no hurry: one call per block
         self._rejects: Outlet | None = None
 
     # -- the batch ------------------------------------------------------------------------
@@ -136,7 +136,7 @@ class Outlet:
             self.writer.set_header(enc.header_line())
 
     # -- appending ------------------------------------------------------------------------
-    def write(self, data: bytes | memoryview | Held, count: int) -> Exception | None:
+    def write(self, data: bytes | memoryview | Held, count: int) -> ZotsinkError | None:
         """Append a block of ``count`` records (:data:`UNCOUNTED` when not counted) now.
 
         None when it is in OUT (``writer.last_at`` says where it begins); else the error,
@@ -145,56 +145,82 @@ class Outlet:
         nowhere. ``data`` may be a view of a read buffer (copied only when it has to be
         saved elsewhere) or a :class:`Held` block, appended in pieces under one lock hold.
         """
-        block: bytes | memoryview | Held = data
         if isinstance(data, Held):
             small = data.in_memory()
-            if small is not None:
-                block = small
-        if not block or (isinstance(block, Held) and not block.size):
+            if small is None:
+                return self._write_held(data, count)
+            data = small
+        if not data:
             return None
         try:
-            if isinstance(block, Held):
-                held = block
-                self._attempt(lambda t: self.writer.append_chunks(held.chunks(), timeout=t))
-            elif self.stopper is None and not self._hurry and not self.stopping:
-                self.writer.append(block, timeout=self.timeout)  # the usual case, one call
+            if self._plain:
+                self.writer.append(data, timeout=self.timeout)  # the usual case, one call
             else:
-                view = block
-                self._attempt(lambda t: self.writer.append(view, timeout=t))
-        except HeaderMismatch as e:
-            # Nothing was written to OUT: the records go to OUT.rejects, as they are.
-            pieces = block.chunks() if isinstance(block, Held) else (bytes(block),)
-            items = [("header mismatch", ln) for ln in split_lines(pieces)]
-            self._reject_items(items, e)
-            e.message += f"; the {len(items)} records were saved to {e.spill_path}"
-            return self._kept(e)
-        except (LockError, WriteError) as e:  # LockTimeout is a LockError
-            if isinstance(e, LockTimeout):
-                self._hurry = True
-            # raises when no place could take it
-            save(self.writer, e, block.chunks if isinstance(block, Held) else bytes(block))
-            self.spilled += count if isinstance(block, Held) else lines_of(block, count)
-            assert e.spill_path is not None
-            if e.spill_path not in self.spill_paths:
-                self.spill_paths.append(e.spill_path)
-            return self._kept(e)
-        self._hurry = False
-        self.appended += block.size if isinstance(block, Held) else len(block)
+                block = data
+                self._attempt(lambda t: self.writer.append(block, timeout=t))
+                self._hurried(False)
+        except (HeaderMismatch, LockError, WriteError) as e:  # LockTimeout is a LockError
+            return self._saved(data, count, e)
+        self.appended += len(data)
         if count == UNCOUNTED:
             self.uncounted = True
         else:
             self.records += count
         return None
 
+    def _write_held(self, held: Held, count: int) -> ZotsinkError | None:
+        """A block too large for memory, appended in pieces under one lock hold."""
+        try:
+            self._attempt(lambda t: self.writer.append_chunks(held.chunks(), timeout=t))
+        except (HeaderMismatch, LockError, WriteError) as e:
+            return self._saved(held, count, e)
+        self._hurried(False)
+        self.appended += held.size
+        self.records += count
+        return None
+
+    def _saved(self, block: bytes | memoryview | Held, count: int, e: ZotsinkError) -> ZotsinkError:
+        """Save a block OUT did not take where the user will look; the error, saying where."""
+        if isinstance(e, HeaderMismatch):
+            # Nothing was written to OUT: the records go to OUT.rejects, as they are.
+            pieces = block.chunks() if isinstance(block, Held) else (bytes(block),)
+            items = [("header mismatch", ln) for ln in split_lines(pieces)]
+            self._reject_items(items, e)
+            e.message += f"; the {len(items)} records were saved to {e.spill_path}"
+            return self._kept(e)
+        if isinstance(e, LockTimeout):
+            self._hurried(True)
+        # raises when no place could take it
+        save(self.writer, e, block.chunks if isinstance(block, Held) else bytes(block))
+        self.spilled += count if isinstance(block, Held) else lines_of(block, count)
+        assert e.spill_path is not None
+        if e.spill_path not in self.spill_paths:
+            self.spill_paths.append(e.spill_path)
+        return self._kept(e)
+
     def write_or_raise(self, data: bytes) -> None:
         """Append now with this outlet's wait, or raise; nothing is saved elsewhere: for
         lines that must be in the file or nowhere (a ledger's ``start`` rows, whose tasks
         are not run when they cannot be recorded)."""
         self._attempt(lambda t: self.writer.append(data, timeout=t))
-        self._hurry = False
+        self._hurried(False)
         self.appended += len(data)
 
-    def _kept(self, e: Exception) -> Exception:
+    @property
+    def stopping(self) -> bool:
+        """The caller is ending (a stop, an error): no wait is longer than STOP_LOCK_TIMEOUT."""
+        return self._stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self._stopping = value
+        self._hurried(self._hurry)
+
+    def _hurried(self, value: bool) -> None:
+        self._hurry = value
+        self._plain = self.stopper is None and not value and not self._stopping
+
+    def _kept(self, e: ZotsinkError) -> ZotsinkError:
         if self.error is None:
             self.error = e
         return e

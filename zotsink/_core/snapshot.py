@@ -55,7 +55,7 @@ def snapshot(
     deadline = time.monotonic() + timeout
     while True:
         left = max(0.0, deadline - time.monotonic())
-        step = left if stopper is None else min(left, _STOP_CHECK)
+        step = timeout if stopper is None else min(left, _STOP_CHECK)
         try:
             (fd, _dev, _ino), st, _waited = open_locked(
                 p, lambda: _open_for_reading(p), locker, step, shared=True
@@ -68,8 +68,13 @@ def snapshot(
                     "(held by another process)",
                     path=p,
                 ) from None
-            if step >= left:
+            if stopper is None:
                 raise
+            if step >= left:  # the whole wait, not its last slice
+                raise LockTimeout(
+                    f"{p}: the lock was still held by another writer after {timeout:g} s",
+                    path=p,
+                ) from None
     try:
         locker.release()
     except BaseException:

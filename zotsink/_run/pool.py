@@ -69,7 +69,7 @@ class _Proc:
         self.out_fd = self.err_fd = -1
         self.records = 0
         # The attempt's records, held until it ends: they reach OUT in one piece, and its
-        # end row names that piece (exactly-once: see Pool._finish).
+        # end row names that piece (exactly-once: see Pool._append_held).
         self.held = Held()
         self.notes: list[str] = []
         self.status: str | None = None  # set when zotsink ends the task: timeout, interrupted
@@ -125,6 +125,7 @@ class Pool:
         self.started_ok = 0  # task processes that started
         self.start_failures = 0  # tasks that could not start before any did
         self.halted: str | None = None  # why run stopped starting tasks early
+        self.ending: list[_Proc] = []  # ended in this turn of the loop: finished together
         self.started = 0
         self.stopping = False
         self.ledger_error: Exception | None = None
@@ -144,6 +145,9 @@ class Pool:
             now = time.monotonic()
             for proc in list(self.procs):
                 self._tend(proc, now)
+            if self.ending:
+                ended, self.ending = self.ending, []
+                self._finish(ended)
             if self.log.due(now):
                 self.log.flush()
         self.log.flush()
@@ -351,7 +355,7 @@ class Pool:
             for fd in list(proc.fds):
                 self._drain(proc, fd)
         if proc.exited_at is not None and not proc.fds:
-            self._finish(proc)
+            self.ending.append(proc)
             return
         if proc.term_at is not None and now >= proc.term_at:
             if proc.status is None:
@@ -376,41 +380,63 @@ class Pool:
                     self._lines(proc, fd, bytes(pending) + b"\n")
                 self._close(proc, fd)
 
-    def _finish(self, proc: _Proc) -> None:
-        self.procs.remove(proc)
+    def _finish(self, ended: list[_Proc]) -> None:
+        """The attempts that ended in one turn of the loop: their records go to OUT in one
+        locked append, then their end rows wait for the ledger's next append."""
+        statuses = {}
+        for proc in ended:
+            self.procs.remove(proc)
+            statuses[proc] = _status(proc)
+            rejects = proc.batcher.rejects
+            if rejects:
+                num = proc.task.num
+                self.out.reject([(f"task {num} {why}", ln) for why, ln in rejects])
+                proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
+        places = self._append_held(ended)
+        self.log.flush()
+        for proc in ended:
+            status = statuses[proc]
+            at = places.get(proc)
+            if at is None and proc.held.size and status == "ok":
+                # Not in OUT: no row may claim them. The task runs again on the next run;
+                # what the spill file holds joins OUT unclaimed when it is recovered.
+                status = "failed"
+            self._end_row(proc, status, at)
+
+    def _append_held(self, ended: list[_Proc]) -> dict[_Proc, int]:
+        """Each attempt's records, in one piece each, in as few locked appends as can be:
+        one for all whose records are in memory. Where each piece begins in OUT; an attempt
+        whose piece could not be appended is left out, with a note that says where it is.
+        The records go before the rows that claim them: a crash between the two leaves
+        lines no ok row claims, which readers leave out and the next run writes again."""
+        places: dict[_Proc, int] = {}
+        small = [p for p in ended if p.held.size and p.held.in_memory() is not None]
+        large = [p for p in ended if p.held.size and p.held.in_memory() is None]
+        groups = [small] if small else []
+        groups += [[p] for p in large]
+        for group in groups:
+            if len(group) == 1:
+                err = self.out.write(group[0].held, group[0].held.count)
+            else:
+                data = b"".join(p.held.in_memory() or b"" for p in group)
+                err = self.out.write(data, sum(p.held.count for p in group))
+            if err is not None:
+                where = getattr(err, "spill_path", None) or "a side file"
+                for p in group:
+                    p.notes.append(f"its records could not be appended to OUT; they are in {where}")
+                continue
+            at = self.out.writer.last_at
+            for p in group:
+                places[p] = at
+                at += p.held.size
+        for p in ended:
+            p.held.close()
+        return places
+
+    def _end_row(self, proc: _Proc, status: str, at: int | None) -> None:
+        task = proc.task
         code = proc.popen.returncode if proc.popen is not None else 127
         exit_code, signum = (code, "") if code >= 0 else ("", -code)
-        if proc.status is not None:
-            status = proc.status
-        elif code == 0:
-            status = "ok"
-        elif code < 0:
-            status = "killed"
-        else:
-            status = "failed"
-        task = proc.task
-        rejects = proc.batcher.rejects
-        if rejects:
-            self.out.reject([(f"task {task.num} {why}", ln) for why, ln in rejects])
-            proc.notes.append(f"{len(rejects)} lines refused, see {self.out.rejects_file}")
-        # The attempt's records first, in one piece, then the row that claims that piece of
-        # OUT: a crash between the two leaves lines no ok row claims, which readers leave out
-        # and the next run writes again. Every attempt's records are kept (zotsink cat --all
-        # shows them); only an ok row claims.
-        held, at, head = proc.held, "", ""
-        err = self.out.write(held, held.count)
-        held.close()
-        if err is None and held.size:
-            at = str(self.out.writer.last_at)
-            head = str(len(self.out.writer.header or b""))  # what readers keep before the parts
-        elif err is not None:
-            # Not in OUT: no row may claim them. The task runs again on the next run; what
-            # the spill file holds joins OUT unclaimed when it is recovered.
-            where = getattr(err, "spill_path", None) or "a side file"
-            proc.notes.append(f"its records could not be appended to OUT; they are in {where}")
-            if status == "ok":
-                status = "failed"
-        self.log.flush()
         self.ends.append(
             self.book.end_row(
                 task.num,
@@ -421,10 +447,11 @@ class Pool:
                 signal=_signame(signum) if signum else "",
                 seconds=f"{time.monotonic() - proc.started:.3f}",
                 records=proc.records,
-                bytes=held.size,
+                bytes=proc.held.size,
                 note="; ".join(proc.notes),
-                out_offset=at,
-                out_header=head,
+                out_offset="" if at is None else at,
+                # what readers keep of OUT before the claimed pieces: its header
+                out_header="" if at is None else len(self.out.writer.header or b""),
             )
         )
         self.final[task.num] = status
@@ -458,6 +485,16 @@ class Pool:
         self.out.close()
         self.log.close()
         self.book.close()
+
+
+def _status(proc: _Proc) -> str:
+    """The status of an attempt that ended, as its process ended."""
+    code = proc.popen.returncode if proc.popen is not None else 127
+    if proc.status is not None:
+        return proc.status  # zotsink ended it: timeout, interrupted
+    if code == 0:
+        return "ok"
+    return "killed" if code < 0 else "failed"
 
 
 def _signal_group(proc: _Proc, signum: int) -> None:
