@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Locked appends per task of ``zotsink run``: OUT, the log and the ledger together.
+
+    .venv/bin/python scripts/bench/locks.py                      # this tree
+    .venv/bin/python scripts/bench/locks.py --before ../old      # and another, turn about
+
+Runs N quick tasks (each prints one record and one stderr line) with ``--jobs J`` under
+``strace -f -e trace=flock`` and counts the exclusive ``flock`` calls of the whole run, per
+task; with ``--before`` the two trees run in turn, several rounds. Needs ``strace``. It
+prints numbers and never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+THIS_TREE = Path(__file__).resolve().parent.parent.parent
+
+
+def count(tree: Path, tasks: int, jobs: int) -> tuple[int, int]:
+    """(exclusive flock calls, records in OUT) of one run."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
+        work = Path(d)
+        (work / "tasks.txt").write_text(
+            "".join(f"echo rec {i}; echo note {i} >&2\n" for i in range(tasks))
+        )
+        trace = work / "trace"
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        cmd = ["strace", "-f", "-qq", "-e", "trace=flock", "-o", str(trace)]
+        cmd += [sys.executable, "-m", "zotsink", "run", "tasks.txt", "out.txt", "--shell"]
+        cmd += ["--jobs", str(jobs), "-q"]
+        subprocess.run(cmd, cwd=work, env=env, check=True)
+        locks = sum("LOCK_EX" in line for line in trace.read_text().splitlines())
+        records = len((work / "out.txt").read_bytes().splitlines())
+    return locks, records
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", type=int, default=400)
+    ap.add_argument("--jobs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--before", type=Path, help="another zotsink tree, run in turn")
+    args = ap.parse_args()
+    if shutil.which("strace") is None:
+        ap.error("needs strace (apt-get install strace)")
+    trees = {"this": THIS_TREE}
+    if args.before is not None:
+        trees = {"before": args.before.resolve(), "after": THIS_TREE}
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M')}  {' '.join([Path(sys.executable).name, *sys.argv])}"
+    )
+    print(f"# {args.tasks} tasks, --jobs {args.jobs}, load {os.getloadavg()[0]:.2f}")
+    for rnd in range(args.rounds):
+        names = list(trees) if rnd % 2 == 0 else list(reversed(trees))
+        for name in names:
+            locks, records = count(trees[name], args.tasks, args.jobs)
+            print(
+                f"round {rnd + 1} {name:<6} {locks} exclusive locks, "
+                f"{locks / args.tasks:.2f} per task ({records} records)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
