@@ -72,6 +72,43 @@ def reap() -> Iterator[Callable[[subprocess.Popen[Any]], subprocess.Popen[Any]]]
         proc.wait()
 
 
+# Holds an exclusive flock on argv[1] (made if missing) until its stdin closes: another
+# writer, a recover at work, or a hung job holding the lock.
+_HOLDER = r"""
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def hold(
+    reap: Callable[[subprocess.Popen[Any]], subprocess.Popen[Any]],
+) -> Iterator[Callable[[str | os.PathLike[str]], subprocess.Popen[bytes]]]:
+    """``hold(path)``: a process that holds ``path``'s exclusive flock (the call returns once
+    it does) until its stdin is closed (``proc.communicate(b"")``), or the test ends."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def take(path: str | os.PathLike[str]) -> subprocess.Popen[bytes]:
+        p = reap(
+            subprocess.Popen(
+                [sys.executable, "-c", _HOLDER, os.fspath(path)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        )
+        assert p.stdout is not None and p.stdout.readline() == b"held\n"
+        procs.append(p)
+        return p
+
+    yield take
+    for p in procs:
+        if p.poll() is None:
+            p.communicate(b"", timeout=30)
+
+
 @pytest.fixture
 def zotsink_cmd() -> list[str]:
     """argv prefix that runs the zotsink CLI with this interpreter."""

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,14 +21,6 @@ from zotsink._core.stop import STOP_LOCK_TIMEOUT
 
 Proc = subprocess.Popen[bytes]
 
-# Holds an exclusive flock on argv[1] until its stdin closes.
-HOLDER = r"""
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o644)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.read()
-"""
 
 # Prints its record, says so with a file, then waits to be told to stop (SIGTERM or the
 # forwarded signal), notes that in a file, and exits; task "quick" exits at once.
@@ -50,28 +42,6 @@ deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
     time.sleep(0.05)
 """
-
-
-@pytest.fixture
-def hold(reap: Callable[[Proc], Proc]) -> Iterator[Callable[[Path], Proc]]:
-    procs: list[Proc] = []
-
-    def take(path: Path) -> Proc:
-        p = reap(
-            subprocess.Popen(
-                [sys.executable, "-c", HOLDER, str(path)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-            )
-        )
-        assert p.stdout is not None and p.stdout.readline() == b"held\n"
-        procs.append(p)
-        return p
-
-    yield take
-    for p in procs:
-        if p.poll() is None:
-            p.communicate(b"", timeout=30)
 
 
 def ledger_rows(path: Path) -> list[dict[str, str]]:

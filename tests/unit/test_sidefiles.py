@@ -11,8 +11,7 @@ import os
 import pwd
 import stat
 import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,14 +27,6 @@ HOST = sidefiles.host_name()
 Proc = subprocess.Popen[bytes]
 Hold = Callable[[str], Proc]
 
-# Holds an exclusive flock on argv[1] until its stdin closes, as recover holds a spill file.
-HOLDER = r"""
-import fcntl, os, sys
-fd = os.open(sys.argv[1], os.O_RDONLY)
-fcntl.flock(fd, fcntl.LOCK_EX)
-print("held", flush=True)
-sys.stdin.read()
-"""
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: gives a file to another user (chown)"
@@ -46,26 +37,6 @@ needs_root = pytest.mark.skipif(
 def _fresh_spills(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each test starts as a new process would: no spill file of its own yet.
     monkeypatch.setattr(sidefiles, "_open_spills", {})
-
-
-@pytest.fixture
-def hold(reap: Callable[[Proc], Proc]) -> Iterator[Hold]:
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def take(path: str) -> subprocess.Popen[bytes]:
-        p = reap(
-            subprocess.Popen(
-                [sys.executable, "-c", HOLDER, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-            )
-        )
-        assert p.stdout is not None and p.stdout.readline() == b"held\n"
-        procs.append(p)
-        return p
-
-    yield take
-    for p in procs:
-        if p.poll() is None:
-            p.communicate(b"", timeout=30)
 
 
 # -- spill ------------------------------------------------------------------------------------

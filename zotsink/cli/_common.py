@@ -219,8 +219,8 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-def lock_options(f: F) -> F:
-    """``--lock`` and ``--timeout``: every command that takes OUT's lock."""
+def _lock_options(after_timeout: str) -> Callable[[F], F]:
+    """``--lock`` and ``--timeout``, the timeout's help ending with what happens then."""
     return _stack(
         click.option(
             "--lock",
@@ -234,30 +234,16 @@ def lock_options(f: F) -> F:
             type=Seconds(MAX_TIMEOUT),
             default=600.0,
             show_default=True,
-            help="Longest wait for the lock (s); then the records are spilled, exit 75.",
+            help=f"Longest wait for the lock (s); then {after_timeout}.",
         ),
-    )(f)
+    )
 
 
-def read_lock_options(f: F) -> F:
-    """``--lock`` and ``--timeout`` for commands that spill nothing on a timeout (they read,
-    or like recover leave their input in place): the help must not promise a spill file."""
-    return _stack(
-        click.option(
-            "--lock",
-            type=click.Choice(LOCK_KINDS),
-            default="auto",
-            show_default=True,
-            help="Lock kind.",
-        ),
-        click.option(
-            "--timeout",
-            type=Seconds(MAX_TIMEOUT),
-            default=600.0,
-            show_default=True,
-            help="Longest wait for the lock (s); then exit 75.",
-        ),
-    )(f)
+#: ``--lock`` and ``--timeout``: every command that appends records under OUT's lock.
+lock_options = _lock_options("the records are spilled, exit 75")
+#: ``--lock`` and ``--timeout`` for commands that spill nothing on a timeout (they read, or
+#: like recover leave their input in place): the help must not promise a spill file.
+read_lock_options = _lock_options("exit 75")
 
 
 def stamp_field_choices() -> tuple[str, ...]:
