@@ -226,3 +226,40 @@ def test_injected_io_errors_take_the_same_path(
     assert r.returncode == 0, r.stderr
     assert sorted(out.read_bytes().splitlines(keepends=True)) == sorted(records)
     assert not list(tmp_path.glob("out.txt.spill.*"))
+
+
+def test_run_on_a_full_disk_names_the_recover_that_finds_its_spill(
+    tmp_path: Path, small_fs: Path, zotsink
+) -> None:
+    # run's own advice used to be `zotsink recover OUT`, which finds no spill file when the
+    # full disk sent it elsewhere: it must name the spill file, as append's does
+    out = small_fs / "out.txt"
+    spill_dir = tmp_path / "spill"
+    spill_dir.mkdir()
+    (tmp_path / "tasks.txt").write_text("echo one\necho two\n")
+    fill(small_fs)
+    env = {"ZOTSINK_SPILL_DIR": str(spill_dir)}
+    # the ledger and the log live on a disk with room; OUT on the full one
+    r = zotsink(
+        "run",
+        "tasks.txt",
+        out,
+        "--shell",
+        "-q",
+        "--ledger",
+        "out.ledger",
+        "--log",
+        "out.log",
+        env=env,
+    )
+    err = r.stderr.decode()
+    assert r.returncode == 74, err
+    m = SPILLED.search(err)
+    assert m, err
+    spill = Path(m.group(2))
+    assert spill.parent == spill_dir and sorted(spill.read_bytes().splitlines()) == [b"one", b"two"]
+    assert m.group(3) == f"zotsink recover {out} {spill}"
+    (small_fs / "filler").unlink()
+    r = zotsink(*m.group(3).split()[1:])  # the command as advised
+    assert r.returncode == 0, r.stderr.decode()
+    assert sorted(out.read_bytes().splitlines()) == [b"one", b"two"]
