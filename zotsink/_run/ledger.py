@@ -30,6 +30,7 @@ from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import InputError, UsageError, ZotsinkWarning
+from .alive import PROC_START, proc_start, run_alive
 
 __all__ = [
     "END_STATES",
@@ -43,8 +44,6 @@ __all__ = [
     "LedgerTally",
     "TaskState",
     "claims",
-    "job_alive",
-    "proc_start",
     "read_ledger",
     "read_states",
     "start_alive",
@@ -167,7 +166,7 @@ class Ledger:
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
         started = proc_start(os.getpid())
-        self._start_note = {} if started is None else {"note": _PROC_START + started}
+        self._start_note = {} if started is None else {"note": PROC_START + started}
 
     def start_row(self, tasknum: int, key: str, attempt: int) -> bytes:
         return self._row("start", tasknum, key, attempt, self._start_note)
@@ -623,86 +622,9 @@ def _tasknum(line: bytes) -> int:
         return -1
 
 
-#: The note of a start row: the run process's start time (clock ticks after boot, from
-#: /proc), so that a pid the kernel has since given to another process is not taken for it.
-_PROC_START: Final = "proc-start "
-
-
-def proc_start(pid: int | str) -> str | None:
-    """When process ``pid`` started (``/proc/PID/stat`` field 22), or None when unknown."""
-    try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            data = f.read()
-    except (OSError, ValueError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: count from the last ")".
-    fields = data[data.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def _alive(pid: str, note: str = "") -> bool:
-    """Whether the run process of a start row (its ``pid``, and ``note`` with its start
-    time when the row has one) still runs on this host."""
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, OverflowError, ProcessLookupError):
-        return False
-    except PermissionError:
-        pass  # another user's process: alive, unless its start time says it is another
-    if note.startswith(_PROC_START):
-        now = proc_start(pid)
-        if now is not None and now != note[len(_PROC_START) :].strip():
-            return False  # the pid was given to another process since
-    return True
-
-
 def start_alive(row: LedgerRow, here: str) -> bool | None:
-    """Whether the run process of a ``start`` row still runs: from this host's pid table
-    when it ran here, else from the scheduler that ran its job (Slurm, Grid Engine); None
-    when neither can tell (then the task counts as running in reports, and a run may claim
-    it again: its results still count once, see :func:`claims`)."""
-    if row.host == here:
-        return _alive(row.pid, row.note)
-    return job_alive(row.job)
-
-
-_job_answers: dict[str, bool | None] = {}
-
-
-def job_alive(job: str) -> bool | None:
-    """Whether the scheduler still has job ``job`` queued or running; None when no
-    scheduler command on this host can tell. Asked once per job per process."""
-    if not job:
-        return None
-    if job not in _job_answers:
-        _job_answers[job] = _ask_scheduler(job)
-    return _job_answers[job]
-
-
-def _ask_scheduler(job: str) -> bool | None:
-    import shutil
-    import subprocess
-
-    if not job.isdigit():
-        return None
-    if shutil.which("squeue"):
-        # a job Slurm no longer lists (or no longer knows) is neither queued nor running
-        try:
-            r = subprocess.run(
-                ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, timeout=30
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if r.returncode == 0:
-            return bool(r.stdout.strip())
-        return False if b"Invalid job id" in r.stderr else None
-    if shutil.which("qstat"):
-        try:
-            r = subprocess.run(["qstat", "-j", job], capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return r.returncode == 0
-    return None
+    """Whether the run process of a ``start`` row still runs (see :func:`.alive.run_alive`)."""
+    return run_alive(row.host, row.pid, row.note, row.job, here)
 
 
 def _start_state(row: LedgerRow, here: str) -> str:
