@@ -88,21 +88,35 @@ class CollectReport:
         self.notes: list[str] = []  # things the user should know
 
     def __repr__(self) -> str:
-        return f"<CollectReport {self.output}: {self.summary()}>"
+        return (
+            f"<CollectReport {self.output}: {self.files} files, {self.records} records, "
+            f"{len(self.skipped)} skipped>"
+        )
 
     @property
     def files_per_second(self) -> float:
         return self.files / self.seconds if self.seconds > 0 else 0.0
 
-    def summary(self) -> str:
-        """The one-line summary the command prints on stderr."""
-        text = (
-            f"{self.files} files, {self.records} records, {self.duplicates} duplicates dropped, "
-            f"{self.conflicts} key conflicts, {len(self.skipped)} skipped"
-        )
-        if self.already:
-            text += f", {self.already} already collected"
-        return text + f", {self.seconds:.2f} s, {self.files_per_second:,.0f} files/s"
+    def to_dict(self) -> dict[str, object]:
+        """The report as JSON-ready data."""
+        return {
+            "output": self.output,
+            "header": list(self.header),
+            "files": self.files,
+            "records": self.records,
+            "duplicates": self.duplicates,
+            "conflicts": self.conflicts,
+            "skipped": [{"source": s, "reason": r} for s, r in self.skipped],
+            "already": self.already,
+            "unmatched": self.unmatched,
+            "seconds": round(self.seconds, 3),
+            "files_per_second": round(self.files_per_second, 1),
+            "archive": self.archive,
+            "archived": self.archived,
+            "removed": self.removed,
+            "kept": [{"source": s, "reason": r} for s, r in self.kept],
+            "notes": list(self.notes),
+        }
 
 
 def _seed_header(o: Options, fixed: list[str]) -> list[str] | None:
