@@ -7,6 +7,9 @@ imported for the scans.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,3 +101,109 @@ def test_the_init_scan_sees_what_it_must_refuse() -> None:
         "        super().__init__(m)\n"
     )
     assert _reinit_calls(good, "x.py") == []
+
+
+# -- no timing figures in comments or docstrings: they go stale, BENCHMARKS.md keeps them ---
+
+#: A number followed by a unit of time or of throughput.
+FIGURE = re.compile(r"\d\s*(?:ms|µs|us|ns|[KMG]i?B/s)(?![\w/])")
+
+#: Comments that still carry a figure: (module, text of the comment).
+STILL_FIGURED = {
+    ("zotsink/_run/pool.py", "a fixed 10 ms cost each `true` task 10 ms"),
+}
+
+
+def _prose(source: str) -> Iterator[tuple[int, str]]:
+    """(line, text) of every comment and docstring of a module."""
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                for i, line in enumerate(first.value.value.split("\n")):
+                    yield first.lineno + i, line
+
+
+def _figures(source: str) -> list[tuple[int, str]]:
+    return [(line, text.strip()) for line, text in _prose(source) if FIGURE.search(text)]
+
+
+def test_no_timing_figure_in_comments() -> None:
+    found = [
+        f"{rel}:{line}: {text}"
+        for rel, source in _sources()
+        for line, text in _figures(source)
+        if not any(rel == m and t in text for m, t in STILL_FIGURED)
+    ]
+    assert not found, f"keep the why, drop the number (figures live in BENCHMARKS.md): {found}"
+
+
+def test_the_figure_scan_sees_comments_and_docstrings() -> None:
+    source = (
+        '"""Fast: 3 MB/s."""\n'
+        "x = 1  # costs 2.5 ms\n"
+        "def f():\n"
+        '    """About 40 µs a call, 7us at best."""\n'
+        "y = '10 ms'  # a string, not prose; 5 users, 2 minutes\n"
+    )
+    assert sorted(line for line, _ in _figures(source)) == [1, 2, 4]
+
+
+# -- no stale pointers: a docstring's ``:func:`zotsink.x.y``` names a place that exists -----
+
+ROLE = re.compile(r":(?:mod|func|class|data|meth|attr|exc|obj):`~?(zotsink(?:\.\w+)+)`")
+
+
+def _top_names(tree: ast.Module) -> set[str]:
+    """Names a module defines or imports at its top level."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            assigned = {t.id for t in targets if isinstance(t, ast.Name)}
+            names |= assigned
+            # the package's names loaded on first use: the keys of its table of them
+            if "_LAZY" in assigned and isinstance(node.value, ast.Dict):
+                names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _exists(target: str) -> bool:
+    """Whether ``zotsink.a.b.name`` names a module of the package or a name at the top of
+    one (what follows that name, a method or an attribute, is not looked at)."""
+    parts = target.split(".")
+    for i in range(len(parts), 0, -1):
+        folder = PACKAGE.parent.joinpath(*parts[:i])
+        path = folder / "__init__.py" if folder.is_dir() else folder.with_suffix(".py")
+        if path.is_file():
+            return i == len(parts) or parts[i] in _top_names(ast.parse(path.read_text("utf-8")))
+    return False
+
+
+def test_docstrings_name_places_that_exist() -> None:
+    stale = [
+        f"{rel}:{line}: {target}"
+        for rel, source in _sources()
+        for line, text in _prose(source)
+        for target in ROLE.findall(text)
+        if not _exists(target)
+    ]
+    assert not stale, f"these name a place that is gone: point them to the current one: {stale}"
+
+
+def test_the_pointer_check_knows_old_places() -> None:
+    assert _exists("zotsink._core.outlet.Outlet") and _exists("zotsink.collect")
+    assert _exists("zotsink._core.outlet")
+    assert not _exists("zotsink._core.sidefiles.append_or_save")
+    assert not _exists("zotsink._input.BlockEncoder") and not _exists("zotsink.fsinfo")

@@ -4,7 +4,7 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
 
 1. Read. Files arrive in output order (:mod:`zotsink._collect.sources`: sorted walks, tar
    archives read in place and sorted). Each is parsed whole (:mod:`zotsink._collect.parse`;
-   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed; under
+   ``key:value`` lines by :func:`zotsink._core.kv.parse_kv`) or skipped and listed; under
    ``--input auto`` the files of plain lines wait in a table of their own until the vote on
    the collection's layout (:mod:`zotsink._collect.layout`) keeps one kind. Its records
    are encoded at once over the columns known so far and written to a spool

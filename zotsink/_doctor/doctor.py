@@ -3,7 +3,7 @@
 Two sources of truth, kept apart so every verdict can be tested without root:
 
 * what the filesystem *is*: its type and mount options from ``/proc/self/mountinfo``
-  (:mod:`zotsink.fsinfo`), plus, for BeeGFS, its client configuration file, which decides
+  (:mod:`zotsink._core.fsinfo`), plus, for BeeGFS, its client configuration file, which decides
   whether locks reach the metadata servers and which mountinfo does not show;
 * what the kernel *does*: a probe that takes and drops a flock and an fcntl lock on a
   scratch file in the directory.
@@ -13,7 +13,7 @@ for is a lock that works but is only seen on this node (NFS ``nolock``, Lustre
 ``localflock``, BeeGFS without global locks, FUSE filesystems that keep locks in the local
 kernel): every probe succeeds, yet writers on two nodes do not exclude each other and
 records tear. No probe on one host can see that: it comes from what is known about each
-filesystem (:mod:`zotsink.lockscope`).
+filesystem (:mod:`zotsink._doctor.lockscope`).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class DoctorReport:
 
 
 def _auto_kind(p: Probes) -> str | None:
-    """The kind ``--lock auto`` settles on, as :class:`zotsink.locking.Locker` does."""
+    """The kind ``--lock auto`` settles on, as :class:`zotsink._core.locking.Locker` does."""
     if p.flock.ok:
         return "flock"
     if p.flock.errno not in UNSUPPORTED_ERRNOS:

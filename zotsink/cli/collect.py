@@ -1,4 +1,4 @@
-"""``zotsink collect``: options in, :func:`zotsink.collect.collect` called, report out."""
+"""``zotsink collect``: options in, :func:`zotsink.collect` called, report out."""
 
 from __future__ import annotations
 
