@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._core.sidefiles import rejects_path
+
 __all__ = ["CHUNK", "KEEP", "KEPT_KINDS", "KINDS", "Problem", "VerifyReport"]
 
 #: Problem kinds, in the order a line is checked.
@@ -73,6 +75,11 @@ class VerifyReport:
     def ok(self) -> bool:
         """True when OUT is clean (after a repair: when every problem was moved)."""
         return self.found == self.moved
+
+    @property
+    def repair_target(self) -> str:
+        """Where a repair moves the damaged lines: OUT's rejects file."""
+        return rejects_path(self.path)
 
     def add(self, problem: Problem, keep: int = KEEP) -> None:
         n = self.counts.get(problem.kind, 0)

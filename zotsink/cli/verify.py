@@ -91,7 +91,6 @@ def verify_cmd(
 def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     """OUT's report in words: a headline, then up to ``limit`` problems per kind."""
     from .._check.report import KEPT_KINDS, KINDS
-    from .._core.sidefiles import rejects_path
 
     what = f"{report.path}: {_n(report.lines, 'line')}, {_n(report.records, 'record')}"
     note = []
@@ -123,7 +122,7 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     else:
         out.append(
             f"run `zotsink verify --repair {report.path}` to move the damaged lines to "
-            f"{rejects_path(report.path)}"
+            f"{report.repair_target}"
         )
     return out
 
