@@ -5,7 +5,7 @@ enlarges the pipe) and appended in batches of whole lines: when a batch reaches
 ``batch_bytes``, when its oldest line is ``flush_interval`` old, and at the end. Lines that
 pass through unchanged wait in the read buffer itself and are checked and written from it
 (no copy in Python); stamped or key:value lines are encoded as they arrive (a stamp's time
-is when its line was read) and wait in a :class:`Batch`. Refused lines go to
+is when its line was read) and wait in a :class:`~zotsink._core.batch.Batch`. Refused lines go to
 ``OUT.rejects``, batches that cannot be appended to spill files. Every wait (for input, for
 the lock) looks at the stop flag and the batch's age; an unexpected error after reading
 began first saves what was held.

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from zotsink._core.fsinfo import Mount, mount_for, parse_mountinfo
 from zotsink._doctor.doctor import ALL_WORK, DoctorReport, LockProbe, Probes, assess, doctor
 from zotsink._doctor.lockscope import beegfs_setting
-from zotsink.cli.doctor import doctor_cmd
+from zotsink.cli.doctor import doctor_cmd, doctor_lines
 from zotsink.errors import UsageError
 
 # the module, whatever the package attribute of the same name holds
@@ -69,7 +69,7 @@ def test_local_filesystem_is_trusted_without_fsync(line: str, fstype: str) -> No
     assert (r.ok, r.lock, r.locks, r.sync) == (True, "flock", "coherent", "none")
     assert r.warnings == ()
     assert "only processes on this host can reach this directory" in r.notes[0]
-    assert r.summary()[-1] == "verdict: zotsink can be trusted here"
+    assert doctor_lines(r)[-1] == "verdict: zotsink can be trusted here"
 
 
 # -- NFS --------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def test_nfs_without_lockd_falls_back_to_marker_files_and_says_why() -> None:
     assert (r.ok, r.lock, r.locks) == (True, "lockfile", "marker")
     assert r.warnings[0].startswith("neither flock nor fcntl locks work here")
     assert any("start rpc.statd and lockd" in w for w in r.warnings)
-    lines = r.summary()
+    lines = doctor_lines(r)
     assert "flock       fails: ENOLCK (No locks available)" in lines
     assert "lock auto = lockfile" in lines
 
@@ -261,7 +261,7 @@ def test_glusterfs_is_a_coherent_fuse_cluster_filesystem() -> None:
         "coherent",
         "fsync",
     )
-    lines = r.summary()
+    lines = doctor_lines(r)
     assert "filesystem  fuse.glusterfs: GlusterFS, a FUSE cluster filesystem" in lines
     assert "locks       coherent: GlusterFS passes them to its servers" in lines
     assert any(ln.startswith("sync auto = fsync: ") for ln in lines)
@@ -285,7 +285,7 @@ def test_fuse_without_lock_forwarding_warns_and_is_not_trusted(
     r = assess(mount(data(fstype, source, "rw,user_id=1000,group_id=1000")), ALL_WORK)
     assert (r.ok, r.fuse, r.family, r.locks, r.sync) == (False, True, "fuse", "node-local", "fsync")
     assert r.warnings[0].startswith("flock locks: ") and says in r.warnings[0]
-    assert r.summary()[-1] == (
+    assert doctor_lines(r)[-1] == (
         "verdict: zotsink cannot be trusted here: flock locks here are node-local:"
         " writers on other nodes are not excluded"
     )
@@ -320,7 +320,7 @@ def test_other_network_filesystems(line: str, ok: bool, locks: str) -> None:
 def test_no_mountinfo_means_no_verdict() -> None:
     r = assess(None, ALL_WORK)
     assert (r.ok, r.family, r.locks, r.sync) == (False, "unknown", "unknown", "fsync")
-    assert "filesystem  unknown: /proc/self/mountinfo names no mount for it" in r.summary()
+    assert "filesystem  unknown: /proc/self/mountinfo names no mount for it" in doctor_lines(r)
 
 
 # -- what the probes say ----------------------------------------------------------------------
@@ -340,7 +340,7 @@ def test_a_lock_call_failing_otherwise_is_not_trusted() -> None:
     r = assess(mount(ROOT), probes(FAILS[errno.EIO]))
     assert (r.ok, r.lock) == (False, None)
     assert r.problem == "flock locks fail here with EIO (Input/output error)"
-    assert "lock auto = none works" in r.summary()
+    assert "lock auto = none works" in doctor_lines(r)
 
 
 def test_a_directory_that_takes_no_file_is_not_trusted() -> None:
@@ -348,7 +348,7 @@ def test_a_directory_that_takes_no_file_is_not_trusted() -> None:
     r = assess(mount(ROOT), Probes(bad, bad, bad))
     assert (r.ok, r.lock) == (False, None)
     assert r.problem == "cannot create a file in it: EACCES (Permission denied)"
-    assert "probe       cannot create a file here: EACCES (Permission denied)" in r.summary()
+    assert "probe       cannot create a file here: EACCES (Permission denied)" in doctor_lines(r)
 
 
 def test_unknown_lock_kind_is_a_usage_error() -> None:
@@ -468,7 +468,7 @@ def test_moosefs_is_a_coherent_fuse_cluster_filesystem_and_fsynced(
         "coherent",
         "fsync",
     )
-    lines = r.summary()
+    lines = doctor_lines(r)
     assert "filesystem  fuse.mfs: MooseFS, a FUSE cluster filesystem" in lines
     assert "locks       coherent: MooseFS passes them to its servers" in lines
     why = next(ln for ln in lines if ln.startswith("sync auto = fsync: "))

@@ -53,3 +53,21 @@ def test_the_cache_reads_only_what_was_added_and_notices_a_new_file(tmp_path: Pa
     cache.refresh(fd)
     assert [r.name for r in cache.rows] == ["z"] and "a" not in cache.names
     os.close(fd)
+
+
+def test_reset_forgets_and_the_next_refresh_reads_from_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "a.tar.idx"
+    path.write_bytes(HEADER + format_rows([Row(0, 1, "a", "00"), Row(1024, 1, "b", "00")]))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        cache = IndexCache()
+        size = cache.refresh(fd)
+        cache.archive_end = (1, 2, 3)
+        cache.reset()
+        fresh = IndexCache()
+        assert vars(cache) == vars(fresh)
+        assert cache.refresh(fd) == size
+        assert [r.name for r in cache.rows] == ["a", "b"]  # read once, not twice
+        assert cache.consumed == size
+    finally:
+        os.close(fd)

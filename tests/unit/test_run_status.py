@@ -9,6 +9,7 @@ import pytest
 from zotsink import UsageError
 from zotsink._run.ledger import Ledger
 from zotsink._run.status import parse_states, resubmit_specs, task_status, tasks_in
+from zotsink.cli.status import status_lines
 
 
 def ledger_with(path: Path, rows: list[tuple[str, int, str, dict[str, object]]]) -> None:
@@ -53,7 +54,7 @@ def test_counts_rate_eta_and_slowest(tmp_path: Path) -> None:
     assert not r.all_ok and not r.settled
     d = r.to_dict()
     assert d["not_ok"] == "3-5" and d["rate_per_hour"] == 720.0
-    assert r.summary()[0] == "5 tasks: 2 ok, 1 failed, 2 never"
+    assert status_lines(r)[0] == "5 tasks: 2 ok, 1 failed, 2 never"
 
 
 def test_no_ledger_yet_means_never(tmp_path: Path) -> None:

@@ -76,6 +76,11 @@ class VerifyReport:
         """True when OUT is clean (after a repair: when every problem was moved)."""
         return self.found == self.moved
 
+    @property
+    def repair_target(self) -> str:
+        """Where a repair moves the damaged lines: OUT's rejects file."""
+        return rejects_path(self.path)
+
     def add(self, problem: Problem, keep: int = KEEP) -> None:
         n = self.counts.get(problem.kind, 0)
         self.counts[problem.kind] = n + 1
@@ -104,43 +109,3 @@ class VerifyReport:
             "rejects": self.rejects_path,
             "unclaimed": self.unclaimed,
         }
-
-    def summary(self, limit: int = 5) -> list[str]:
-        """Human report lines: a headline, then up to ``limit`` problems per kind."""
-        what = f"{self.path}: {_n(self.lines, 'line')}, {_n(self.records, 'record')}"
-        note = []
-        if self.unclaimed:
-            note.append(
-                f"{_n(self.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
-                "interrupted or crashed attempts): zotsink cat and read_records leave them "
-                "out (cat --all shows them); not damage"
-            )
-        if not self.found:
-            return [f"{what}, no problems", *note]
-        out = [f"{what}, {_n(self.found, 'problem')}", *note]
-        for kind in KINDS:
-            n = self.counts.get(kind, 0)
-            if not n:
-                continue
-            listed = [p for p in self.problems if p.kind == kind][:limit]
-            out += [f"  {self.path}:{p.line}: {kind}: {p.detail}" for p in listed]
-            if n > len(listed):
-                out.append(f"  ... and {n - len(listed)} more {kind} problems")
-        if self.repaired:
-            left = self.found - self.moved
-            out.append(
-                f"moved {_n(self.moved, 'line')} to {self.rejects_path}"
-                + (f"; {left} problems left in place (fix line 1 by hand)" if left else "")
-            )
-        elif all(p.kind in KEPT_KINDS and p.line == 1 for p in self.problems):
-            out.append("fix line 1 by hand: a repair never moves the header")
-        else:
-            out.append(
-                f"run `zotsink verify --repair {self.path}` to move the damaged lines to "
-                f"{rejects_path(self.path)}"
-            )
-        return out
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -4,7 +4,7 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
 
 1. Read. Files arrive in output order (:mod:`zotsink._collect.sources`: sorted walks, tar
    archives read in place and sorted). Each is parsed whole (:mod:`zotsink._collect.parse`;
-   ``key:value`` lines by :func:`zotsink.records.parse_kv`) or skipped and listed; under
+   ``key:value`` lines by :func:`zotsink._core.kv.parse_kv`) or skipped and listed; under
    ``--input auto`` the files of plain lines wait in a table of their own until the vote on
    the collection's layout (:mod:`zotsink._collect.layout`) keeps one kind. Its records
    are encoded at once over the columns known so far and written to a spool
@@ -88,21 +88,35 @@ class CollectReport:
         self.notes: list[str] = []  # things the user should know
 
     def __repr__(self) -> str:
-        return f"<CollectReport {self.output}: {self.summary()}>"
+        return (
+            f"<CollectReport {self.output}: {self.files} files, {self.records} records, "
+            f"{len(self.skipped)} skipped>"
+        )
 
     @property
     def files_per_second(self) -> float:
         return self.files / self.seconds if self.seconds > 0 else 0.0
 
-    def summary(self) -> str:
-        """The one-line summary the command prints on stderr."""
-        text = (
-            f"{self.files} files, {self.records} records, {self.duplicates} duplicates dropped, "
-            f"{self.conflicts} key conflicts, {len(self.skipped)} skipped"
-        )
-        if self.already:
-            text += f", {self.already} already collected"
-        return text + f", {self.seconds:.2f} s, {self.files_per_second:,.0f} files/s"
+    def to_dict(self) -> dict[str, object]:
+        """The report as JSON-ready data."""
+        return {
+            "output": self.output,
+            "header": list(self.header),
+            "files": self.files,
+            "records": self.records,
+            "duplicates": self.duplicates,
+            "conflicts": self.conflicts,
+            "skipped": [{"source": s, "reason": r} for s, r in self.skipped],
+            "already": self.already,
+            "unmatched": self.unmatched,
+            "seconds": round(self.seconds, 3),
+            "files_per_second": round(self.files_per_second, 1),
+            "archive": self.archive,
+            "archived": self.archived,
+            "removed": self.removed,
+            "kept": [{"source": s, "reason": r} for s, r in self.kept],
+            "notes": list(self.notes),
+        }
 
 
 def _seed_header(o: Options, fixed: list[str]) -> list[str] | None:

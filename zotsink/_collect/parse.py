@@ -3,7 +3,7 @@
 A file is parsed whole or not at all: one bad line makes the whole file unparsable
 (:class:`Unparsable`), so a source is either entirely in OUT or entirely skipped, which is
 what ``--skip-collected`` and ``--remove-sources`` rely on. ``key:value`` lines are parsed by
-:func:`zotsink.records.parse_kv`, the parser ``append --kv`` uses.
+:func:`zotsink._core.kv.parse_kv`, the parser ``append --kv`` uses.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def _listed(
         return
     # bytes when there are: a file name need not be valid UTF-8
     lines = (os.fsdecode(b) for b in stdin.buffer) if hasattr(stdin, "buffer") else stdin
-    # sorted like a walk, and each path once; the list costs about 100 bytes per path
+    # sorted like a walk, and each path once; the whole list is held, one string per path
     paths = sorted({ln.rstrip("\n") for ln in lines} - {""}, key=lambda p: p.replace("/", "\0"))
 
     def tasks() -> Iterator[Task]:

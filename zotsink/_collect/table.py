@@ -1,7 +1,7 @@
 """The table collect builds: the column union, the encoded rows, de-duplication, and the
 quick lane that spools the usual tiny file without parsing it.
 
-Rows are encoded (by :func:`zotsink.records.encode_row`) as soon as a file is parsed, over
+Rows are encoded (by :func:`zotsink._core.records.encode_row`) as soon as a file is parsed, over
 the columns known at that moment, and spooled. Columns only ever get appended to the union,
 so a spooled row stays valid: when it is written its missing trailing cells are added as
 separators. The spool holds the rows as lines; beside it, in arrays, each row's length, cell

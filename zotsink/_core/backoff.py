@@ -153,7 +153,7 @@ def tries(
 
 def pause(policy: Policy, n: int, *, sleep: Callable[[float], None] = time.sleep) -> None:
     """Sleep the policy's delay before retry ``n`` (0 for the first retry), for a loop that
-    retries only some of its turns (:func:`open_locked` retries a stale handle after a
+    retries only some of its turns (:func:`.locking.open_locked` retries a stale handle after a
     pause, a replaced file at once)."""
     ceiling = min(policy.cap, policy.first * 2 ** min(n, 64))
     if policy.jitter:

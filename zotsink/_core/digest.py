@@ -1,8 +1,8 @@
 """BLAKE2b, the row digest of collect's de-duplication and verify's duplicate check, from
 the module hashlib itself takes it from.
 
-``import hashlib`` also loads OpenSSL's libcrypto for its other algorithms, about 3 ms of
-every collect or verify, which need BLAKE2b only.
+``import hashlib`` also loads OpenSSL's libcrypto for its other algorithms, a start-up cost
+every collect or verify would pay though they need BLAKE2b only.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 #: The largest values accepted (the CLI's option types use the same bounds): a batch is
-#: held in memory; poll() waits at most 2**31 ms; no job waits 115 days for a lock.
+#: held in memory; poll() takes its wait as a C int of milliseconds; no job waits 115 days
+#: for a lock.
 MAX_BATCH_BYTES: Final = 1 << 30
 MAX_FLUSH_INTERVAL: Final = 1e6
 MAX_TIMEOUT: Final = 1e7

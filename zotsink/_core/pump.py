@@ -31,7 +31,7 @@ PIPE_SIZE: Final = 1 << 20
 MIN_READ: Final = 1 << 16
 #: The buffer's starting size. It doubles as a stream needs (a batch of 1 MiB and a pipe's
 #: worth of reading take it to 4 MiB within the first reads); a one-record task does not
-#: pay for zeroing 4 MiB (about 2 ms, a tenth of its own start-up).
+#: pay for zeroing 4 MiB, a share of its own start-up it would notice.
 START_SIZE: Final = 1 << 18
 #: Free memory glibc's malloc is asked to keep at the top of the heap (:func:`pad_heap`).
 HEAP_PAD: Final = 16 << 20
@@ -44,8 +44,8 @@ def pad_heap(size: int = HEAP_PAD) -> bool:
 
     A stream that stamps or checks its lines makes a new object of about a block per batch.
     glibc gives freed memory at the top of the heap back to the kernel beyond 128 KiB and
-    maps it again, a zero-filled page at a time, for the next batch: those page faults were
-    a third of a stamped stream's time. Costs ``import ctypes`` (4 ms), so the stream asks
+    maps it again, a zero-filled page at a time, for the next batch: those page faults took
+    a large share of a stamped stream's time. It costs ``import ctypes``, so the stream asks
     only once it has seen enough input. Elsewhere than glibc nothing changes.
     """
     try:

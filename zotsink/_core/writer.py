@@ -6,7 +6,7 @@ with a newline, write the batch with one ``write()`` on an ``O_APPEND`` descript
 when the policy says so, unlock. Never seek to a remembered size: on network filesystems a
 stale size overwrites other writers' data. A failed write is cut back to the size seen
 under the lock and raised; saving the batch elsewhere is the caller's choice (see
-:func:`zotsink._core.sidefiles.append_or_save`): the writer only locks and writes.
+:class:`zotsink._core.outlet.Outlet`): the writer only locks and writes.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class Writer:
         Waits up to ``timeout`` seconds for the lock. Raises :class:`LockTimeout`,
         :class:`LockError`, :class:`HeaderMismatch` or :class:`WriteError` (any I/O error,
         after OUT was cut back to its size under the lock). Nothing is saved elsewhere:
-        :func:`zotsink._core.sidefiles.append_or_save` does that for the callers that want it.
+        :class:`zotsink._core.outlet.Outlet` does that for the callers that want it.
         """
         if not data and self._prepare is None:
             return 0  # with a hook, the hook decides what an empty block becomes

@@ -3,7 +3,7 @@
 Two sources of truth, kept apart so every verdict can be tested without root:
 
 * what the filesystem *is*: its type and mount options from ``/proc/self/mountinfo``
-  (:mod:`zotsink.fsinfo`), plus, for BeeGFS, its client configuration file, which decides
+  (:mod:`zotsink._core.fsinfo`), plus, for BeeGFS, its client configuration file, which decides
   whether locks reach the metadata servers and which mountinfo does not show;
 * what the kernel *does*: a probe that takes and drops a flock and an fcntl lock on a
   scratch file in the directory.
@@ -13,7 +13,7 @@ for is a lock that works but is only seen on this node (NFS ``nolock``, Lustre
 ``localflock``, BeeGFS without global locks, FUSE filesystems that keep locks in the local
 kernel): every probe succeeds, yet writers on two nodes do not exclude each other and
 records tear. No probe on one host can see that: it comes from what is known about each
-filesystem (:mod:`zotsink.lockscope`).
+filesystem (:mod:`zotsink._doctor.lockscope`).
 """
 
 from __future__ import annotations
@@ -126,42 +126,9 @@ class DoctorReport:
             "notes": list(self.notes),
         }
 
-    def summary(self) -> list[str]:
-        """Human report lines (``zotsink doctor`` prints them on stderr)."""
-        kind = {
-            "local": "a local filesystem",
-            "network": "a network filesystem",
-            "cluster": "a FUSE cluster filesystem" if self.fuse else "a cluster filesystem",
-            "fuse": "a FUSE filesystem",
-        }.get(self.family, "unknown")
-        out = [f"directory   {self.directory}"]
-        if self.fstype is not None:
-            out.append(f"filesystem  {self.fstype}: {self.name}, {kind}")
-            opts = ",".join(self.options)
-            out.append(f"mount       {self.mount_point} from {self.source} ({opts})")
-        else:
-            out.append("filesystem  unknown: /proc/self/mountinfo names no mount for it")
-        if not self.probes.create.ok:
-            out.append(f"probe       cannot create a file here: {self.probes.create.error}")
-        else:
-            for k in ("flock", "fcntl"):
-                p: LockProbe = getattr(self.probes, k)
-                out.append(f"{k:<11} {'works' if p.ok else 'fails: ' + str(p.error)}")
-        out.append(f"locks       {self.locks}: {self.locks_why}")
-        label = "lock auto" if self.requested_lock == "auto" else "lock"
-        out.append(f"{label} = {self.lock or 'none works'}")
-        out.append(f"sync auto = {self.sync}: {self.sync_why}")
-        out += [f"note: {n}" for n in self.notes]
-        out += [f"warning: {w}" for w in self.warnings]
-        if self.ok:
-            out.append("verdict: zotsink can be trusted here")
-        else:
-            out.append(f"verdict: zotsink cannot be trusted here: {self.problem}")
-        return out
-
 
 def _auto_kind(p: Probes) -> str | None:
-    """The kind ``--lock auto`` settles on, as :class:`zotsink.locking.Locker` does."""
+    """The kind ``--lock auto`` settles on, as :class:`zotsink._core.locking.Locker` does."""
     if p.flock.ok:
         return "flock"
     if p.flock.errno not in UNSUPPORTED_ERRNOS:

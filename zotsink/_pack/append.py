@@ -391,7 +391,7 @@ def _append_locked(
                         with contextlib.suppress(OSError):
                             os.close(idx_fd)
                         idx_fd = -1
-                        cache.__init__()  # type: ignore[misc]
+                        cache.reset()
             except TarDamage as e:
                 raise WriteError(
                     f"{path} is damaged at {e} and zotsink cuts only the torn tail of a killed "

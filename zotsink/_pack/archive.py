@@ -173,7 +173,8 @@ def settle(
 
     The caller holds the archive's exclusive lock. The index open as ``idx_fd`` is appended
     to or, when it must be rebuilt, replaced (``cache`` follows either way). ``coherent``:
-    sizes come from the server (network and FUSE filesystems; see :func:`.locked.fresh_stat`).
+    sizes come from the server (network and FUSE filesystems; see
+    :func:`zotsink._core.fileio.fresh_stat`).
 
     A torn member at the end (``TarDamage.tail``) and zero blocks are cut. Other damage
     after the last indexed member is cut only through ``save_cut``, which keeps those bytes
@@ -218,7 +219,7 @@ def settle(
     if rebuild:
         rewrite_index(archive, found, mode=mode, fsync=fsync)
         # ``idx_fd`` still names the old index: the caller reopens it (see Settled.rebuilt).
-        cache.__init__()  # type: ignore[misc]
+        cache.reset()
     elif found:
         data = format_rows(found)
         if cache.consumed == 0:

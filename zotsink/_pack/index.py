@@ -153,16 +153,7 @@ class IndexCache:
     """
 
     def __init__(self) -> None:
-        self.ident: tuple[int, int] | None = None
-        self.consumed = 0  # bytes of the file parsed, always the end of a whole line
-        self.rows: list[Row] = []
-        self.names: dict[str, int] = {}  # name -> position in rows of its last row
-        self.problems: list[str] = []
-        #: the index has the eight columns of an older version (its first line is OLD_HEADER)
-        self.old_columns = False
-        #: (device, inode, size) of the archive as this process left it: when it is still
-        #: so, nobody wrote since, and the last member need not be checked again
-        self.archive_end: tuple[int, int, int] | None = None
+        self.reset()
 
     def refresh(self, fd: int, coherent: bool = False) -> int:
         """Read what was added to the index open as ``fd``; its size in bytes.
@@ -189,7 +180,16 @@ class IndexCache:
 
     def reset(self) -> None:
         """Forget everything: the next refresh reads the index from its first byte."""
-        self.__init__()  # type: ignore[misc]
+        self.ident: tuple[int, int] | None = None
+        self.consumed = 0  # bytes of the file parsed, always the end of a whole line
+        self.rows: list[Row] = []
+        self.names: dict[str, int] = {}  # name -> position in rows of its last row
+        self.problems: list[str] = []
+        #: the index has the eight columns of an older version (its first line is OLD_HEADER)
+        self.old_columns = False
+        #: (device, inode, size) of the archive as this process left it: when it is still
+        #: so, nobody wrote since, and the last member need not be checked again
+        self.archive_end: tuple[int, int, int] | None = None
 
     def add(self, rows: Iterable[Row], new_end: int) -> None:
         """Note rows this process appended itself, ending the file at ``new_end``."""

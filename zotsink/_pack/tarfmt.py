@@ -100,7 +100,7 @@ def build_member(
     comment: str | None = None,
 ) -> bytes:
     """Headers, data and padding of one regular-file member, ready to append."""
-    import tarfile  # ~1.5 ms: only the pack commands pay for it
+    import tarfile  # slow to import: only the pack commands pay for it
 
     info = tarfile.TarInfo(name)
     info.size = len(data)

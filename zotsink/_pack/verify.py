@@ -39,20 +39,6 @@ class ArchiveReport(NamedTuple):
     def ok(self) -> bool:
         return not self.problems
 
-    def summary(self, limit: int = 5) -> list[str]:
-        """Report lines for stderr: what repair did, up to ``limit`` problems, a total."""
-        lines = [*self.repaired]
-        lines += [f"{self.path}: {p}" for p in self.problems[:limit]]
-        if len(self.problems) > limit:
-            lines.append(f"{self.path}: ... and {len(self.problems) - limit} more problems")
-        state = "ok" if self.ok else f"{len(self.problems)} problem(s)"
-        sealed = ", sealed" if self.sealed else ""
-        lines.append(
-            f"{self.path}: {self.members} members, {self.indexed} index rows, "
-            f"{self.size} bytes{sealed}: {state}"
-        )
-        return lines
-
     def to_dict(self) -> dict[str, object]:
         return {**self._asdict(), "ok": self.ok}
 

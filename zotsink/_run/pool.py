@@ -158,8 +158,8 @@ class Pool:
         waits = [self.log.due_in(now)]
         for p in self.procs:
             if p.exited_at is not None or not p.fds:
-                # Exited, or its pipes closed: the exit follows within microseconds, so look
-                # again soon, then less often (a fixed 10 ms cost each `true` task 10 ms).
+                # Exited, or its pipes closed: the exit follows at once, so look again soon,
+                # then less often (a fixed wait would be added to every quick task).
                 waits.append(p.reap_wait)
                 p.reap_wait = min(p.reap_wait * 2, 0.05)
             else:

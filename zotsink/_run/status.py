@@ -33,19 +33,6 @@ class StatusReport(NamedTuple):
         """Nothing is running and nothing waits to start: watching can stop."""
         return not self.counts["running"] and not self.counts["never"]
 
-    def summary(self) -> list[str]:
-        """The report as lines for a person."""
-        shown = ", ".join(f"{self.counts[s]} {s}" for s in STATES if self.counts[s])
-        lines = [f"{self.total} tasks: {shown or 'none'}"]
-        if self.rate:
-            line = f"rate {self.rate * 3600:.1f} tasks/h"
-            if self.eta is not None and not self.all_ok:
-                line += f", ETA {_duration(self.eta)} for the {self.total - self.counts['ok']} left"
-            lines.append(line)
-        for num, secs, key in self.slowest:
-            lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
-        return lines
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
@@ -60,15 +47,6 @@ class StatusReport(NamedTuple):
 def _state(states: Mapping[int, TaskState], num: int) -> str:
     # A tally answers without reading the task's last row again.
     return states.state(num) if isinstance(states, LedgerTally) else states[num].state
-
-
-def _duration(seconds: float) -> str:
-    s = round(seconds)
-    if s < 120:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
-    if s < 7200:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _epoch(stamp: str) -> float | None:

@@ -61,8 +61,8 @@ def task_lines(
     path: str | os.PathLike[str], *, only: Container[int] | None = None
 ) -> tuple[dict[int, str], int]:
     """The runnable lines of ``path`` by task number (of ``only``, when given), and its
-    number of lines: what :func:`read_tasks` gives, without a :class:`Task` per line (a
-    million of them are a tenth of a gigabyte that ``status`` does not need)."""
+    number of lines: what :func:`read_tasks` gives, without a :class:`Task` per line (for a
+    task list of millions of lines, memory that ``status`` does not need)."""
     p = os.fspath(path)
     try:
         with open(p, "rb") as f:

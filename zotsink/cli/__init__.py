@@ -104,7 +104,7 @@ def _refuse_typo(word: str) -> None:
 
 
 def _exists(module: str) -> bool:
-    # for --help and completion only: importlib.util costs a one-record task 3 ms
+    # for --help and completion only: importing importlib.util would slow every short task
     import importlib.util
 
     try:

@@ -1,9 +1,10 @@
-"""``zotsink collect``: options in, :func:`zotsink.collect.collect` called, report out."""
+"""``zotsink collect``: options in, :func:`zotsink.collect` called, report out."""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from ._common import (
     set_verbosity,
     sync_option,
 )
+
+if TYPE_CHECKING:
+    from .. import CollectReport
 
 
 def render(phase: str, done: int, total: int, seconds: float, width: int = 30) -> str:
@@ -186,7 +190,7 @@ def collect_cmd(
     (it is in a spill file: run `zotsink recover OUT`, then collect again with
     --skip-collected).
     """
-    from .. import CollectReport, collect
+    from .. import collect
 
     set_verbosity(verbose, quiet)
     show = sys.stderr.isatty() if progress is None else progress
@@ -240,4 +244,15 @@ def collect_cmd(
     for name, why in rep.kept:
         say(f"{name}: {why}")
     say(f"columns of {out}: {','.join(rep.header)}", level=1)
-    say(f"collected into {out}: {rep.summary()}")
+    say(f"collected into {out}: {collect_summary(rep)}")
+
+
+def collect_summary(report: CollectReport) -> str:
+    """The one line that ends ``zotsink collect``'s report on stderr."""
+    text = (
+        f"{report.files} files, {report.records} records, {report.duplicates} duplicates "
+        f"dropped, {report.conflicts} key conflicts, {len(report.skipped)} skipped"
+    )
+    if report.already:
+        text += f", {report.already} already collected"
+    return text + f", {report.seconds:.2f} s, {report.files_per_second:,.0f} files/s"

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from ._common import CONTEXT, json_option, print_json, read_lock_options, run_api
+
+if TYPE_CHECKING:
+    from .. import StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -57,9 +61,34 @@ def status_cmd(
     if as_json:
         print_json(report.to_dict())
     if not watch or not as_json:
-        for line in report.summary():
+        for line in status_lines(report):
             click.echo(f"zotsink: {line}", err=True)
     sys.exit(0 if report.all_ok else 1)
+
+
+def status_lines(report: StatusReport) -> list[str]:
+    """The report in words, one line each: counts by state, the rate and ETA, the slowest."""
+    c = report.counts
+    # counts holds every state, in the ledger's order of states: the line keeps that order
+    shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
+    lines = [f"{report.total} tasks: {shown or 'none'}"]
+    if report.rate:
+        line = f"rate {report.rate * 3600:.1f} tasks/h"
+        if report.eta is not None and not report.all_ok:
+            line += f", ETA {_duration(report.eta)} for the {report.total - c['ok']} left"
+        lines.append(line)
+    for num, secs, key in report.slowest:
+        lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    if s < 120:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _no_ledger(tasks: str) -> str:
@@ -79,10 +108,7 @@ def _no_ledger(tasks: str) -> str:
     )
 
 
-def _bar(report: object, width: int = 30) -> str:
-    from .. import StatusReport
-
-    assert isinstance(report, StatusReport)
+def _bar(report: StatusReport, width: int = 30) -> str:
     c = report.counts
     done = c["ok"] / report.total if report.total else 1.0
     fill = int(done * width)
@@ -97,15 +123,20 @@ def _bar(report: object, width: int = 30) -> str:
 
 
 def _watch(
-    tasks: str, path: str, slowest: int, lock: str, timeout: float, interval: float, report: object
-) -> object:
+    tasks: str,
+    path: str,
+    slowest: int,
+    lock: str,
+    timeout: float,
+    interval: float,
+    report: StatusReport,
+) -> StatusReport:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
-    from .. import StatusReport, task_status
+    from .. import task_status
 
     tty = sys.stderr.isatty()
     try:
         while True:
-            assert isinstance(report, StatusReport)
             line = _bar(report)
             click.echo(f"\r\033[K{line}" if tty else line, err=True, nl=not tty)
             if report.settled:

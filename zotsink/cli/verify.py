@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from ._common import (
     say,
     set_verbosity,
 )
+
+if TYPE_CHECKING:
+    from .. import ArchiveReport, VerifyReport
 
 
 @click.command("verify", context_settings=CONTEXT)
@@ -61,7 +65,7 @@ def verify_cmd(
         from .. import verify_archive
 
         rep = run_api(lambda: verify_archive(out, repair=repair, lock=lock, timeout=timeout))
-        for line in rep.summary(limit=show):
+        for line in archive_lines(rep, limit=show):
             say(line)
         if as_json:
             print_json(rep.to_dict())
@@ -77,8 +81,66 @@ def verify_cmd(
             timeout=timeout,
         )
     )
-    for line in report.summary(limit=show):
+    for line in verify_lines(report, limit=show):
         say(line)
     if as_json:
         print_json(report.to_dict())
     sys.exit(0 if report.ok else 1)
+
+
+def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
+    """OUT's report in words: a headline, then up to ``limit`` problems per kind."""
+    from .._check.report import KEPT_KINDS, KINDS
+
+    what = f"{report.path}: {_n(report.lines, 'line')}, {_n(report.records, 'record')}"
+    note = []
+    if report.unclaimed:
+        note.append(
+            f"{_n(report.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
+            "interrupted or crashed attempts): zotsink cat and read_records leave them "
+            "out (cat --all shows them); not damage"
+        )
+    if not report.found:
+        return [f"{what}, no problems", *note]
+    out = [f"{what}, {_n(report.found, 'problem')}", *note]
+    for kind in KINDS:
+        n = report.counts.get(kind, 0)
+        if not n:
+            continue
+        listed = [p for p in report.problems if p.kind == kind][:limit]
+        out += [f"  {report.path}:{p.line}: {kind}: {p.detail}" for p in listed]
+        if n > len(listed):
+            out.append(f"  ... and {n - len(listed)} more {kind} problems")
+    if report.repaired:
+        left = report.found - report.moved
+        out.append(
+            f"moved {_n(report.moved, 'line')} to {report.rejects_path}"
+            + (f"; {left} problems left in place (fix line 1 by hand)" if left else "")
+        )
+    elif all(p.kind in KEPT_KINDS and p.line == 1 for p in report.problems):
+        out.append("fix line 1 by hand: a repair never moves the header")
+    else:
+        out.append(
+            f"run `zotsink verify --repair {report.path}` to move the damaged lines to "
+            f"{report.repair_target}"
+        )
+    return out
+
+
+def archive_lines(report: ArchiveReport, limit: int = 5) -> list[str]:
+    """An archive's report in words: what repair did, up to ``limit`` problems, a total."""
+    lines = [*report.repaired]
+    lines += [f"{report.path}: {p}" for p in report.problems[:limit]]
+    if len(report.problems) > limit:
+        lines.append(f"{report.path}: ... and {len(report.problems) - limit} more problems")
+    state = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+    sealed = ", sealed" if report.sealed else ""
+    lines.append(
+        f"{report.path}: {report.members} members, {report.indexed} index rows, "
+        f"{report.size} bytes{sealed}: {state}"
+    )
+    return lines
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
