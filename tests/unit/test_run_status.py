@@ -49,12 +49,29 @@ def test_counts_rate_eta_and_slowest(tmp_path: Path) -> None:
     assert r.total == 5
     assert {k: v for k, v in r.counts.items() if v} == {"ok": 2, "failed": 1, "never": 2}
     assert r.rate == pytest.approx(2 / 10)
-    assert r.eta == pytest.approx(3 / 0.2)
+    assert r.eta is None  # nothing runs: a rate says nothing of when the rest is done
     assert r.slowest == [(2, 9.5, "b"), (1, 2.0, "a")]
     assert not r.all_ok and not r.settled
     d = r.to_dict()
     assert d["not_ok"] == "3-5" and d["rate_per_hour"] == 720.0
     assert status_lines(r)[0] == "5 tasks: 2 ok, 1 failed, 2 never"
+
+
+def test_an_eta_while_tasks_run(tmp_path: Path) -> None:
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("a\nb\nc\nd\n")
+    ledger_with(
+        tmp_path / "l",
+        [
+            ("start", 1, "a", {}),  # 00:00
+            ("end", 1, "a", {"status": "ok", "seconds": "2.000"}),  # 00:02
+            ("start", 2, "b", {}),  # 00:04, by this process: it runs
+        ],
+    )
+    r = task_status(tasks, tmp_path / "l")
+    assert r.counts["running"] == 1
+    assert r.rate == pytest.approx(1 / 4)
+    assert r.eta == pytest.approx(3 / 0.25)
 
 
 def test_no_ledger_yet_means_never(tmp_path: Path) -> None:

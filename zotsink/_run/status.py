@@ -20,7 +20,7 @@ class StatusReport(NamedTuple):
     total: int
     counts: dict[str, int]  # every state of STATES, zero included
     rate: float | None  # tasks ended ok per second, from the first start to the last end
-    eta: float | None  # seconds until every task is ok at that rate
+    eta: float | None  # seconds until every task is ok at that rate; None when none runs
     slowest: list[tuple[int, float, str]]  # (task number, seconds, task line)
     states: Mapping[int, TaskState]  # a LedgerTally: each last row is read when asked for
 
@@ -74,7 +74,8 @@ def task_status(
     start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
-    eta = (len(keys) - counts["ok"]) / rate if rate else None
+    # an ETA only while something runs: a rate says nothing of tasks nobody is running
+    eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
     return StatusReport(len(keys), counts, rate, eta, tally.slowest(slowest), tally)
 
 
