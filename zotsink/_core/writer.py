@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, TypeVar
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
 from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
@@ -26,11 +26,13 @@ from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
 from .outcheck import check_out
 
-__all__ = ["SYNC_POLICIES", "Writer", "first_line"]
+__all__ = ["SYNC_POLICIES", "Writer", "first_line", "seen_first_line", "seen_to", "until_seen"]
 
 #: A hook run under the lock before a batch is written: (fd, fstat of OUT, the batch) ->
 #: the bytes to write instead (may raise to write nothing).
 Prepare = Callable[[int, os.stat_result, bytes], bytes]
+
+T = TypeVar("T")
 
 #: Values accepted by ``--sync``.
 SYNC_POLICIES: Final = ("auto", "fsync", "none")
@@ -47,8 +49,8 @@ _OPEN_ADVICE: Final = {
 }
 
 
-#: Seconds a writer waits, under the lock, for its client to show OUT's first line when
-#: the file is known to be longer than what a read returns (see :func:`seen_first_line`).
+#: Seconds a writer waits, under the lock, for its client to show bytes the file is known
+#: to have when a read returns less (see :func:`seen_first_line` and :func:`seen_to`).
 HEADER_SETTLE: Final = 5.0
 
 
@@ -58,14 +60,41 @@ def seen_first_line(fd: int, size: int, limit: int = 1 << 20) -> bytes:
     about a second after it learned the new size: a short read then is not another header.
     Read again after pauses, up to :data:`HEADER_SETTLE` seconds; what is seen then is the
     answer (and a still-short line is refused as a mismatch, as before)."""
-    found = first_line(fd, limit)
+    return until_seen(
+        lambda: first_line(fd, limit),
+        lambda found: found.endswith(b"\n") or len(found) >= min(size, limit),
+    )
+
+
+def seen_to(fd: int, size: int, start: int = 0) -> bool:
+    """Whether this client reads bytes ``start`` to ``size`` of the open file whole (the
+    server's size, from :func:`.fileio.fresh_stat`), after the wait of
+    :func:`seen_first_line`. A GlusterFS client may answer the reads of a small file from
+    content it cached before another client appended, while it reports the new size."""
+    return until_seen(lambda: _reads_whole(fd, start, size), bool)
+
+
+def until_seen(look: Callable[[], T], seen: Callable[[T], bool]) -> T:
+    """The one stale-view wait: ``look()`` again after growing pauses until ``seen`` accepts
+    what it returned, for up to :data:`HEADER_SETTLE` seconds; the last look either way."""
+    found = look()
     pause, waited = 0.01, 0.0
-    while not found.endswith(b"\n") and len(found) < min(size, limit) and waited < HEADER_SETTLE:
+    while not seen(found) and waited < HEADER_SETTLE:
         time.sleep(pause)
         waited += pause
         pause = min(pause * 2, 0.25)
-        found = first_line(fd, limit)
+        found = look()
     return found
+
+
+def _reads_whole(fd: int, start: int, end: int) -> bool:
+    pos = start
+    while pos < end:
+        got = len(os.pread(fd, min(end - pos, 1 << 20), pos))
+        if not got:
+            return False
+        pos += got
+    return True
 
 
 def first_line(fd: int, limit: int = 1 << 20) -> bytes:
