@@ -19,8 +19,9 @@ Fixtures
 ``slurm_cluster`` (session) -> ``SlurmCluster``
     slurmctld on this host and ``slurm_cluster.nodes`` (node1, node2, node3), each node
     a set of namespaces with its own hostname, slurmd and FUSE clients of the GlusterFS
-    volume (and of MooseFS when it was up first) at the same paths as here: a job can
-    write to the paths of ``gluster_dirs``. Pass ``slurm_cluster.env`` as the
+    volume and of MooseFS (whether it came up before or after Slurm) at the same paths
+    as here: a job can write to the paths of ``gluster_dirs`` and ``moosefs_dirs``.
+    Pass ``slurm_cluster.env`` as the
     environment of sbatch/squeue/... (it sets SLURM_CONF), or use ``slurm_cluster.run``.
     It brings the GlusterFS volume up first.
 ``zotsink_cmd`` (function) -> ``[sys.executable, "-m", "zotsink"]``
@@ -418,9 +419,9 @@ def moosefs_mounts(request: pytest.FixtureRequest) -> MooseFSMounts:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest) -> SlurmCluster:
-    """The Slurm cluster (see the module docstring). Its nodes mount the GlusterFS volume
-    when they start, so the volume comes up first (and, being set up first, goes down
-    last)."""
+    """The Slurm cluster (see the module docstring). Most of its tests write to the
+    GlusterFS volume, so the volume comes up first (and, being set up first, goes down
+    last); MooseFS mounts itself in the running nodes whenever it comes up."""
     out = _start(SLURM, request)
     match = re.search(r"^SLURM_CONF=(.+)$", out, re.M)
     if not match:
