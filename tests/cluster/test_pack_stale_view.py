@@ -17,9 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 STRESS = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "pack_stress.py"
 
 
-def test_pack_appends_from_three_clients_are_never_refused_as_damaged(
-    gluster_dirs, cluster_report
-):
+def test_pack_appends_from_three_clients_are_never_refused_as_damaged(gluster_dirs, cluster_report):
     # 3 clients x 2 writers x 40 archives x 2 members: 480 appends, a few seconds.
     res = subprocess.run(
         [sys.executable, str(STRESS), *map(str, gluster_dirs), "--json"],
