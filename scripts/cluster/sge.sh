@@ -25,7 +25,8 @@
 #   ZOTSINK_SGE_STATE    state dir: pid file, logs (default /var/tmp/zotsink-cluster/sge)
 #   ZOTSINK_SGE_SLOTS    slots of each node in all.q (default 8)
 #   ZOTSINK_SGE_NOTIFY   seconds between the -notify signal (SIGUSR1/SIGUSR2) and the
-#                        stop or kill that follows it (the queue's notify; default 2)
+#                        stop or kill that follows it (the queue's notify; 1 to 59,
+#                        default 10: time for zotsink to end its tasks on a busy host)
 #
 # The queue starts jobs through their #! line (shell_start_mode unix_behavior, as most
 # sites set it), has no load threshold (this host's load says nothing about a node) and
@@ -43,7 +44,7 @@ LOG_TAG=sge
 
 STATE=${ZOTSINK_SGE_STATE:-/var/tmp/zotsink-cluster/sge}
 SLOTS=${ZOTSINK_SGE_SLOTS:-8}
-NOTIFY=${ZOTSINK_SGE_NOTIFY:-2}
+NOTIFY=${ZOTSINK_SGE_NOTIFY:-10}
 PACKAGES=(gridengine-master gridengine-exec gridengine-client)
 # the nodes' /etc/hosts, written by slurm.sh
 HOSTS=${ZOTSINK_SLURM_STATE:-/var/tmp/zotsink-cluster/slurm}/etc/hosts
@@ -197,6 +198,7 @@ cmd_up() {
     need_root "start sge_qmaster and the execds"
     [ -n "$(ready_nodes)" ] || die "$EXIT_PRECONDITION" "no running nodes: bring them up first (slurm.sh up)"
     case "$SLOTS$NOTIFY" in *[!0-9]*) die "$EXIT_USAGE" "ZOTSINK_SGE_SLOTS and ZOTSINK_SGE_NOTIFY must be numbers" ;; esac
+    [ "$NOTIFY" -ge 1 ] && [ "$NOTIFY" -le 59 ] || die "$EXIT_USAGE" "ZOTSINK_SGE_NOTIFY must be 1 to 59 seconds"
     preseed
     ensure_packages "${PACKAGES[@]}" || rc=$?
     [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
