@@ -157,6 +157,17 @@ def test_flock_is_freed_when_its_holder_is_killed(gluster_dirs):
     assert wait_for(lambda: try_flock(gluster_dirs.node2 / "locked") == 0, timeout=5)
 
 
+def test_slurm_up_prints_the_lines_to_eval(slurm_cluster):
+    # `eval "$(slurm.sh up)"` points this shell and the commands it starts at the cluster
+    script = f'eval "$(bash {SCRIPTS / "slurm.sh"} up 2>/dev/null)"; bash -c \'echo "$SLURM_CONF"\''
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    res = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(slurm_cluster.conf)
+
+
 def test_slurm_array_tasks_append_one_line_each(gluster_dirs, slurm_cluster, tmp_path):
     n = 5
     task = tmp_path / "task.py"
