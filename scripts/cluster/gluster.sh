@@ -4,10 +4,13 @@
 #   gluster.sh up       install packages if missing, start glusterd, create and start a
 #                       one-brick volume, mount it three times; prints the mount points
 #   gluster.sh status   what runs and what is mounted; exit 0 only when fully up
-#   gluster.sh down     unmount, stop and delete the volume, stop what `up` started
+#   gluster.sh down     unmount, stop and delete the volume, stop what `up` started;
+#                       the files written on the volume are deleted with it
 #   gluster.sh attach PID
 #                       mount the volume inside the namespaces of process PID (a node
-#                       of slurm.sh) at the same mount points, with a client of its own
+#                       of slurm.sh) at the same mount points, with a client of its own;
+#                       `up` does this for every running node and `down` unmounts there
+#                       first, so Slurm may come up before or after the volume
 #
 # Each mount point gets its own glusterfs FUSE client process, so the mounts behave
 # like separate cluster nodes: mount 1 and mount 2 are the writer "nodes", mount 3 an
@@ -208,6 +211,7 @@ cmd_up() {
     prepare_fuse_service "mount GlusterFS" ZOTSINK_GLUSTER_MOUNTS 3 "${MOUNTS[@]}"
     take_lock "$STATE"
     if healthy; then
+        attach_ready_nodes
         log "already up"
         printf '%s\n' "${MOUNTS[@]}"
         return 0
@@ -235,12 +239,18 @@ cmd_up() {
         mount_one "$i" "$m"
     done
     probe
+    attach_ready_nodes
     log "up in $(since "$t0") s"
     printf '%s\n' "${MOUNTS[@]}"
 }
 
 teardown() {
-    local m pf pid fstype pids
+    local m pf pid fstype pids name
+    # the nodes' clients first: a node keeps running after its file system went away
+    while read -r name pid; do
+        # shellcheck disable=SC2046  # mount points have no blanks (see ZOTSINK_GLUSTER_MOUNTS)
+        [ -n "$pid" ] && unmount_in_node "$pid" $(known_mounts)
+    done < <(ready_nodes)
     # A SIGSTOPped client (a "frozen node" test) would make umount and all I/O on its
     # mount hang: resume it first.
     for pf in "$RUN"/client*.pid; do
@@ -321,7 +331,8 @@ cmd_down() {
     done
     rm -f "$MOUNTS_FILE"
     [ ${#left[@]} -eq 0 ] || die "$EXIT_FAILED" "down incomplete: ${left[*]}"
-    log "down in $(since "$t0") s"
+    # The brick is deleted with the volume: so is every file the tests or a user wrote.
+    log "down in $(since "$t0") s; the volume $VOLUME and every file written on it are deleted"
 }
 
 # The node's client runs in the node's mount and PID namespaces, so it mounts only there
@@ -329,18 +340,27 @@ cmd_down() {
 # brick listen on loopback addresses. One client serves all the mount points (bind
 # mounts), like the one client of a real node.
 cmd_attach() {
-    local pid=${1:-} first m node t0
+    local pid=${1:-}
     case "$pid" in '' | *[!0-9]*) die "$EXIT_USAGE" "usage: $0 attach PID" ;; esac
-    t0=$(now)
     need_root "mount GlusterFS"
     take_lock "$STATE"
     healthy || die "$EXIT_PRECONDITION" "the volume is not up (gluster.sh up)"
+    attach_node "$pid"
+}
+
+# attach_node PID: the volume mounted in the node of PID; nothing to do when it is
+attach_node() {
+    local pid=$1 first m node t0
+    t0=$(now)
     node=$(nsenter --target "$pid" --uts hostname) || die "$EXIT_FAILED" "no process $pid"
     first=${MOUNTS[0]}
     in_node() { nsenter --target "$pid" --mount --pid -- "$@"; }
+    case "$(in_node bash -c "$(declare -f mount_fstype); mount_fstype $first")" in
+        fuse.glusterfs) return 0 ;;
+        '') ;;
+        *) die "$EXIT_FAILED" "$first is already a mount point in $node" ;;
+    esac
     in_node mkdir -p "${MOUNTS[@]}"
-    [ -z "$(in_node awk -v m="$first" '$5 == m' /proc/self/mountinfo)" ] ||
-        die "$EXIT_FAILED" "$first is already a mount point in $node"
     # shellcheck disable=SC2086  # CLIENT_ARGS is a list of words on purpose
     in_node /usr/sbin/glusterfs --process-name fuse --volfile-server="$VOLFILE_SERVER" \
         --volfile-id="/$VOLUME" --log-file="$LOGS/client-$node.log" \
@@ -359,6 +379,14 @@ cmd_attach() {
         sleep 0.05
     done
     die "$EXIT_FAILED" "mount in $node did not come up within 10 s (log: $LOGS/client-$node.log)"
+}
+
+# Every running node of slurm.sh gets its client, whichever of the two came up first.
+attach_ready_nodes() {
+    local name pid
+    while read -r name pid; do
+        [ -n "$pid" ] && attach_node "$pid"
+    done < <(ready_nodes)
 }
 
 cmd_status() {

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers shared by gluster.sh and slurm.sh. Sourced, never run on its own.
+# Helpers shared by gluster.sh, moosefs.sh and slurm.sh. Sourced, never run on its own.
 #
 # Both scripts use the same exit codes, so that callers (the pytest fixtures in
 # tests/cluster/conftest.py) can tell "this machine cannot do it" from "it broke":
@@ -194,4 +194,37 @@ prepare_fuse_service() {  # prepare_fuse_service WHAT VAR COUNT MOUNT...: the ch
     fi
     ensure_packages "${PACKAGES[@]}" || rc=$?
     [ "$rc" = 0 ] || die "$EXIT_PACKAGES" "could not install Debian packages ${PACKAGES[*]} (apt-get failed)"
+}
+
+# ready_nodes: "NAME PID" of every running node of slurm.sh that is ready for mounts
+# (its network and mount namespace set up: nodes.sh writes NAME.ready last), PID being
+# the node's PID 1. A file system brought up after the nodes mounts itself in these, and
+# one going down unmounts itself from them first, so the order of the scripts' `up` and
+# `down` does not matter. The path is slurm.sh's (ZOTSINK_SLURM_STATE, run/nodes).
+ready_nodes() {
+    local run=${ZOTSINK_SLURM_STATE:-/var/tmp/zotsink-cluster/slurm}/run/nodes f name pid
+    for f in "$run"/node*.ready; do
+        [ -e "$f" ] || continue
+        name=${f##*/}
+        name=${name%.ready}
+        pid=$(read_pid "$run/$name.init")
+        if pid_alive "$pid" python3; then echo "$name $pid"; fi
+    done
+}
+
+# node_has_mount PID PATH: PATH is a mount point in the mount namespace of process PID
+node_has_mount() {
+    [ -n "$(awk -v m="$2" '$5 == m' "/proc/$1/mountinfo" 2>/dev/null)" ]
+}
+
+# unmount_in_node PID PATH...: unmount PATHs (deepest first) inside the node of PID; its
+# FUSE client then exits by itself
+unmount_in_node() {
+    local pid=$1 m
+    shift
+    for m in $(printf '%s\n' "$@" | sort -r); do
+        node_has_mount "$pid" "$m" || continue
+        nsenter --target "$pid" --mount -- timeout 10 umount "$m" 2>/dev/null ||
+            nsenter --target "$pid" --mount -- umount -l "$m" 2>/dev/null || true
+    done
 }

@@ -5,9 +5,12 @@
 #                        mfschunkserver, mount the file system twice; prints the mount points
 #   moosefs.sh status    what runs and what is mounted; exit 0 only when fully up
 #   moosefs.sh down      unmount, stop what `up` started, delete the file system's data
+#                        (every file written on it)
 #   moosefs.sh attach PID
 #                        mount it inside the namespaces of process PID (a node of
-#                        slurm.sh) at the same mount points, with a client of its own
+#                        slurm.sh) at the same mount points, with a client of its own;
+#                        `up` does this for every running node and `down` unmounts
+#                        there first, so Slurm may come up before or after MooseFS
 #   moosefs.sh space full|normal
 #                        restart the chunkserver with a size limit that leaves no free
 #                        space (writes then fail with ENOSPC, possibly only at close), or
@@ -188,6 +191,7 @@ cmd_up() {
     prepare_fuse_service "mount MooseFS" ZOTSINK_MOOSEFS_MOUNTS 2 "${MOUNTS[@]}"
     take_lock "$STATE"
     if healthy; then
+        attach_ready_nodes
         log "already up"
         printf '%s\n' "${MOUNTS[@]}"
         return 0
@@ -217,12 +221,18 @@ cmd_up() {
         in_netns mfssetgoal -r 1 "${MOUNTS[0]}" >/dev/null 2>&1 && break
         sleep 0.1
     done
+    attach_ready_nodes
     log "up in $(since "$t0") s"
     printf '%s\n' "${MOUNTS[@]}"
 }
 
 teardown() {
-    local m pf pids=()
+    local m pf pids=() name pid
+    # the nodes' clients first: a node keeps running after its file system went away
+    while read -r name pid; do
+        # shellcheck disable=SC2046  # mount points have no blanks (see ZOTSINK_MOOSEFS_MOUNTS)
+        [ -n "$pid" ] && unmount_in_node "$pid" $(known_mounts)
+    done < <(ready_nodes)
     for m in $(known_mounts); do
         is_mfs_mount "$m" || continue
         timeout 20 umount "$m" 2>/dev/null || umount -l "$m"
@@ -251,21 +261,28 @@ cmd_down() {
     done
     rm -f "$MOUNTS_FILE"
     [ ${#left[@]} -eq 0 ] || die "$EXIT_FAILED" "down incomplete: ${left[*]}"
-    log "down in $(since "$t0") s"
+    log "down in $(since "$t0") s; the file system and every file written on it are deleted"
 }
 
 # Like gluster.sh attach: the client runs in the node's mount and PID namespaces (it
 # mounts only there and ends with the node) and in our private network namespace.
 cmd_attach() {
-    local pid=${1:-} first m node t0
+    local pid=${1:-}
     case "$pid" in '' | *[!0-9]*) die "$EXIT_USAGE" "usage: $0 attach PID" ;; esac
-    t0=$(now)
     need_root "mount MooseFS"
     take_lock "$STATE"
     healthy || die "$EXIT_PRECONDITION" "MooseFS is not up (moosefs.sh up)"
+    attach_node "$pid"
+}
+
+# attach_node PID: MooseFS mounted in the node of PID; nothing to do when it is
+attach_node() {
+    local pid=$1 first m node t0
+    t0=$(now)
     node=$(nsenter --target "$pid" --uts hostname) || die "$EXIT_FAILED" "no process $pid"
     first=${MOUNTS[0]}
     in_node() { nsenter --net="$(netns)" --mount="/proc/$pid/ns/mnt" --pid="/proc/$pid/ns/pid" -- "$@"; }
+    if in_node bash -c "$(declare -f is_mfs_mount); is_mfs_mount $first"; then return 0; fi
     in_node mkdir -p "${MOUNTS[@]}"
     in_node /usr/bin/mfsmount -H "$IP" -P $((PORT + 1)) ${MOUNT_OPTS:+-o "$MOUNT_OPTS"} "$first" </dev/null >"$LOGS/mfsmount-$node.log" 2>&1 9>&- ||
         die "$EXIT_FAILED" "mfsmount in $node failed: $(tail -n 1 "$LOGS/mfsmount-$node.log")"
@@ -280,6 +297,14 @@ cmd_attach() {
         sleep 0.05
     done
     die "$EXIT_FAILED" "mount in $node did not come up within 30 s (log: $LOGS/mfsmount-$node.log)"
+}
+
+# Every running node of slurm.sh gets its client, whichever of the two came up first.
+attach_ready_nodes() {
+    local name pid
+    while read -r name pid; do
+        [ -n "$pid" ] && attach_node "$pid"
+    done < <(ready_nodes)
 }
 
 cmd_space() {  # cmd_space full|normal

@@ -13,7 +13,7 @@
 # unmounts it, and the node must use clients of its own: see `gluster.sh attach`).
 #
 # Pid files (host pids): $NODE_RUN/NAME.holder (the unshare process) and NAME.init
-# (the node's PID 1 seen from the host).
+# (the node's PID 1 seen from the host); NAME.ready once the node can take mounts.
 
 : "${NODE_NET:=10.231.0}"
 : "${NODE_BRIDGE:=zsbr0}"
@@ -92,6 +92,8 @@ node_create() {  # node_create NAME HOSTS_FILE
     node_exec "$name" sh -c "$NODE_DETACH_FUSE" ||
         die "$EXIT_FAILED" "node $name: could not detach the host's FUSE mounts"
     node_exec "$name" mount --bind "$hosts" /etc/hosts
+    # From now on a file system brought up later mounts itself here (lib.sh ready_nodes).
+    : >"$NODE_RUN/$name.ready"
 }
 
 # node_fuse_mounts NAME: the node's FUSE mount points, deepest first
@@ -104,6 +106,7 @@ node_destroy() {  # node_destroy NAME
     local name=$1 init holder m
     init=$(node_init "$name")
     holder=$(read_pid "$NODE_RUN/$name.holder")
+    rm -f "$NODE_RUN/$name.ready"
     if node_alive "$name"; then
         # Unmount first, so each FUSE client sees a clean unmount rather than a kill
         # with requests in flight; the kernel would detach the mounts anyway.
@@ -128,7 +131,7 @@ node_destroy() {  # node_destroy NAME
 # Every node that has pid files, whatever the node count is now.
 known_nodes() {
     local f
-    for f in "$NODE_RUN"/node*.holder "$NODE_RUN"/node*.init; do
+    for f in "$NODE_RUN"/node*.holder "$NODE_RUN"/node*.init "$NODE_RUN"/node*.ready; do
         [ -e "$f" ] || continue
         f=${f##*/}
         echo "${f%.*}"

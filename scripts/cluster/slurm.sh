@@ -11,8 +11,9 @@
 # Each node has its own hostname (node1, node2, ...), address, slurmd and, when the
 # GlusterFS volume (gluster.sh) or the MooseFS file system (moosefs.sh) is up, its own
 # FUSE client of it, mounted at the same paths as on this host: a job sees the paths the
-# tests pass it, served by its node's client, as on a real cluster. Bring the file
-# systems up before Slurm; a file system brought up later is not seen by running nodes.
+# tests pass it, served by its node's client, as on a real cluster. The order does not
+# matter: a file system brought up after the nodes mounts itself in them, and one taken
+# down unmounts itself from them first.
 # slurmctld and munged run in the host; one munged serves every node through its
 # socket (one key, as on a real cluster).
 #
@@ -23,8 +24,8 @@
 # at a time, and a 100-task array finishes in seconds instead of minutes.
 #
 # slurm.conf lives in the state dir. /etc/slurm/slurm.conf is made a symlink to it
-# when there is no such file yet, so plain `sbatch` works; otherwise set SLURM_CONF
-# (printed by `up`) for the client commands.
+# when there is no such file yet, so plain `sbatch` works; otherwise set SLURM_CONF for
+# the client commands: `up` prints the line to eval (`eval "$(slurm.sh up)"`).
 #
 # Settings (environment):
 #   ZOTSINK_SLURM_STATE         state dir: slurm.conf, controller state, spool, logs,
@@ -232,21 +233,36 @@ wait_nodes_idle() {
     log "$NODES nodes idle after $(since "$t0") s"
 }
 
-# attach_filesystems NODE: each shared file system that is up gets a client in the node
+# shared_filesystems: the shared file systems that are up now, and a line for each that is
+# not (once, not once per node: either is optional, and mounts itself in the running
+# nodes when it comes up later; see lib.sh ready_nodes)
+shared_filesystems() {
+    local fs
+    for fs in gluster moosefs; do
+        if bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/$fs.sh" status >/dev/null 2>&1 9>&-; then
+            echo "$fs"
+        else
+            log "$fs is not up: the nodes get its mounts when \`$fs.sh up\` brings it up"
+        fi
+    done
+}
+
+# attach_filesystems NODE FS...: each of the file systems gets a client in the node
 attach_filesystems() {
     local node=$1 fs rc
-    for fs in gluster moosefs; do
+    shift
+    for fs in "$@"; do
         rc=0
         bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/$fs.sh" attach "$(node_init "$node")" 9>&- || rc=$?
         case "$rc" in
             0) ;;
-            "$EXIT_PRECONDITION") log "$node: no $fs mount ($fs is not up)" ;;
+            "$EXIT_PRECONDITION") log "$node: no $fs mount ($fs went down meanwhile)" ;;
             *) die "$EXIT_FAILED" "$node: $fs.sh attach exited $rc" ;;
         esac
     done
 }
 
-start_node() {  # start_node NAME
+start_node() {  # start_node NAME FS...
     local name=$1 t0 pf
     t0=$(now)
     pf=$NODE_RUN/slurmd-$name.pid
@@ -256,7 +272,8 @@ start_node() {  # start_node NAME
     node_create "$name" "$HOSTS"
     # a pid file of an earlier node names a pid of a dead PID namespace
     rm -f "$pf"
-    attach_filesystems "$name"
+    shift
+    attach_filesystems "$name" "$@"
     node_exec "$name" /usr/sbin/slurmd -f "$CONF" </dev/null >"$LOGS/slurmd-$name.out" 2>&1 9>&- ||
         die "$EXIT_FAILED" "slurmd on $name failed to start: $(tail -n 1 "$LOGS/slurmd-$name.out")" \
             "(log: $LOGS/slurmd-$name.log)"
@@ -306,7 +323,7 @@ healthy() {
 }
 
 cmd_up() {
-    local t0 rc=0 new n
+    local t0 rc=0 new n up_fs=()
     t0=$(now)
     need_root "start munged, slurmctld and the nodes"
     case "$CPUS" in
@@ -341,12 +358,14 @@ cmd_up() {
         write_hosts
         start_munged
         start_daemon slurmctld "$CTLD_PID"
-        for n in $(node_names); do start_node "$n"; done
+        mapfile -t up_fs < <(shared_filesystems)
+        for n in $(node_names); do start_node "$n" "${up_fs[@]}"; done
         wait_nodes_idle
         probe
     fi
-    log "up in $(since "$t0") s (SLURM_CONF=$CONF, $NODES nodes, $CPUS CPUs each)"
-    echo "SLURM_CONF=$CONF"
+    log "up in $(since "$t0") s ($NODES nodes, $CPUS CPUs each); for sbatch, squeue and the rest," \
+        "eval the lines below: eval \"\$($0 up)\""
+    printf 'SLURM_CONF=%s\nexport SLURM_CONF\n' "$CONF"
 }
 
 # stop_slurm: cancel the jobs, stop every node (its slurmd, job steps, jobs and FUSE

@@ -19,10 +19,15 @@ Fixtures
 ``slurm_cluster`` (session) -> ``SlurmCluster``
     slurmctld on this host and ``slurm_cluster.nodes`` (node1, node2, node3), each node
     a set of namespaces with its own hostname, slurmd and FUSE clients of the GlusterFS
-    volume (and of MooseFS when it was up first) at the same paths as here: a job can
-    write to the paths of ``gluster_dirs``. Pass ``slurm_cluster.env`` as the
+    volume and of MooseFS (whether it came up before or after Slurm) at the same paths
+    as here: a job can write to the paths of ``gluster_dirs`` and ``moosefs_dirs``.
+    Pass ``slurm_cluster.env`` as the
     environment of sbatch/squeue/... (it sets SLURM_CONF), or use ``slurm_cluster.run``.
     It brings the GlusterFS volume up first.
+``sge_cluster`` (session) -> ``SGECluster``
+    Son of Grid Engine: sge_qmaster on this host and an sge_execd in each node of
+    ``slurm_cluster`` (which it brings up first), one queue ``all.q`` over them. Run
+    qsub, qstat, qdel and qmod through ``sge_cluster.run`` (scripts/cluster/sge.sh exec).
 ``zotsink_cmd`` (function) -> ``[sys.executable, "-m", "zotsink"]``
     The argv prefix for running the CLI, also from inside a Slurm job on this host.
 ``clusters_down`` (function) -> the services (gluster, moosefs, slurm)
@@ -155,6 +160,27 @@ class SlurmCluster:
         kwargs.setdefault("text", True)
         return subprocess.run(
             list(argv), env=dict(self.env), timeout=timeout, check=check, **kwargs
+        )
+
+
+@dataclass(frozen=True)
+class SGECluster:
+    """The running Grid Engine: its qmaster here, an execd in each Slurm node."""
+
+    nodes: tuple[str, ...] = ()
+
+    def run(
+        self, *argv: str, timeout: float = 120, check: bool = False, **kwargs
+    ) -> subprocess.CompletedProcess:
+        """Run a Grid Engine client command (qsub, qstat, qdel, qmod, or a script that
+        calls them) against this cluster (through ``sge.sh exec``)."""
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        return subprocess.run(
+            ["bash", str(SCRIPTS / "sge.sh"), "exec", *argv],
+            timeout=timeout,
+            check=check,
+            **kwargs,
         )
 
 
@@ -353,9 +379,10 @@ class _Service:
 GLUSTER = _Service("gluster", "mount GlusterFS", "ZOTSINK_GLUSTER_STATE")
 MOOSEFS = _Service("moosefs", "mount MooseFS", "ZOTSINK_MOOSEFS_STATE")
 SLURM = _Service("slurm", "start munged, slurmctld and the nodes", "ZOTSINK_SLURM_STATE")
-# In the order they go down: Slurm first, so that jobs and the nodes' clients stop
-# before the file systems they use go away.
-SERVICES = (SLURM, MOOSEFS, GLUSTER)
+SGE = _Service("sge", "start sge_qmaster and the execds", "ZOTSINK_SGE_STATE")
+# In the order they go down: the schedulers first (Grid Engine's execds run in Slurm's
+# nodes), so that jobs and the nodes' clients stop before the file systems they use go away.
+SERVICES = (SGE, SLURM, MOOSEFS, GLUSTER)
 
 
 def _release_all_at_exit() -> None:
@@ -418,9 +445,9 @@ def moosefs_mounts(request: pytest.FixtureRequest) -> MooseFSMounts:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest) -> SlurmCluster:
-    """The Slurm cluster (see the module docstring). Its nodes mount the GlusterFS volume
-    when they start, so the volume comes up first (and, being set up first, goes down
-    last)."""
+    """The Slurm cluster (see the module docstring). Most of its tests write to the
+    GlusterFS volume, so the volume comes up first (and, being set up first, goes down
+    last); MooseFS mounts itself in the running nodes whenever it comes up."""
     out = _start(SLURM, request)
     match = re.search(r"^SLURM_CONF=(.+)$", out, re.M)
     if not match:
@@ -436,11 +463,23 @@ def slurm_cluster(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest)
     )
 
 
+@pytest.fixture(scope="session")
+def sge_cluster(slurm_cluster: SlurmCluster, request: pytest.FixtureRequest) -> SGECluster:
+    """Son of Grid Engine (scripts/cluster/sge.sh): its qmaster here and an execd in each
+    node of ``slurm_cluster``, one queue over them; client commands through ``run``."""
+    out = _start(SGE, request)
+    if "SGE_ROOT=" not in out:
+        pytest.fail(f"sge.sh up did not print SGE_ROOT: {out!r}")
+    return SGECluster(nodes=slurm_cluster.nodes)
+
+
 @pytest.fixture(autouse=True)
 def _one_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     # Session fixtures are set up before this function-scoped one, so the lock is
     # taken only once the clusters a test needs are up (or the test was skipped).
-    if not {"gluster_mounts", "moosefs_mounts", "slurm_cluster"} & set(request.fixturenames):
+    if not {"gluster_mounts", "moosefs_mounts", "slurm_cluster", "sge_cluster"} & set(
+        request.fixturenames
+    ):
         yield
         return
     with _flocked(TESTS_LOCK, timeout=TEST_LOCK_TIMEOUT):

@@ -157,6 +157,17 @@ def test_flock_is_freed_when_its_holder_is_killed(gluster_dirs):
     assert wait_for(lambda: try_flock(gluster_dirs.node2 / "locked") == 0, timeout=5)
 
 
+def test_slurm_up_prints_the_lines_to_eval(slurm_cluster):
+    # `eval "$(slurm.sh up)"` points this shell and the commands it starts at the cluster
+    script = f'eval "$(bash {SCRIPTS / "slurm.sh"} up 2>/dev/null)"; bash -c \'echo "$SLURM_CONF"\''
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    res = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(slurm_cluster.conf)
+
+
 def test_slurm_array_tasks_append_one_line_each(gluster_dirs, slurm_cluster, tmp_path):
     n = 5
     task = tmp_path / "task.py"
@@ -198,7 +209,7 @@ def test_slurm_array_tasks_append_one_line_each(gluster_dirs, slurm_cluster, tmp
 
 
 # One array task: a zotsink record naming the task's node and the device of the
-# GlusterFS mount it writes through (read from mountinfo inside the job). No --columns:
+# shared filesystem's mount it writes through (read from mountinfo inside the job). No --columns:
 # this test is about the nodes, not about the header (see test_slurm.py for that).
 NODE_TASK = r"""
 import os, subprocess, sys
@@ -210,13 +221,24 @@ sys.exit(subprocess.run(cmd, input=rec.encode()).returncode)
 """
 
 
+@pytest.fixture(params=["gluster", "moosefs"])
+def shared_fs(request: pytest.FixtureRequest, slurm_cluster) -> tuple[Path, Path, tuple[Path, ...]]:
+    """(where the nodes write, a mount that reads it back, the host's mounts) on each
+    shared filesystem. MooseFS comes up after the Slurm nodes here: it mounts itself in
+    them, which is what this test shows for it."""
+    dirs = request.getfixturevalue(f"{request.param}_dirs")
+    mounts = request.getfixturevalue(f"{request.param}_mounts")
+    return dirs.node1, dirs[-1], tuple(mounts)  # GlusterFS's reader, MooseFS's node2
+
+
 def test_array_runs_on_three_nodes_each_with_its_own_client(
-    gluster_dirs, gluster_mounts, slurm_cluster, tmp_path, cluster_report
+    shared_fs, slurm_cluster, tmp_path, cluster_report
 ):
     n = 60
+    written, reader, mounts = shared_fs
     task = tmp_path / "task.py"
     task.write_text(NODE_TASK)
-    out = gluster_dirs.node1 / "out.txt"
+    out = written / "out.txt"
     t0 = time.monotonic()
     res = slurm_cluster.run(
         "sbatch",
@@ -224,14 +246,14 @@ def test_array_runs_on_three_nodes_each_with_its_own_client(
         "--parsable",
         f"--array=1-{n}",
         f"--output={tmp_path}/slurm-%A_%a.out",
-        f"--wrap={sys.executable} {task} {out} {gluster_mounts.node1}",
+        f"--wrap={sys.executable} {task} {out} {mounts[0]}",
         timeout=300,
         check=False,
     )
     took = time.monotonic() - t0
     logs = "".join(p.read_text() for p in sorted(tmp_path.glob("slurm-*.out")))
     assert res.returncode == 0, f"sbatch exited {res.returncode}: {res.stderr}\n{logs}"
-    path = gluster_dirs.reader / "out.txt"
+    path = reader / "out.txt"
     lines = wait_for(lambda: len(path.read_text().splitlines()) == n and path.read_text())
     assert lines, f"{path}: {path.read_text()!r}\n{logs}"
     rows = [ln.split("\t") for ln in lines.splitlines()]
@@ -248,7 +270,8 @@ def test_array_runs_on_three_nodes_each_with_its_own_client(
     assert all(len(d) == 1 for d in devs.values()), devs
     node_devs = {next(iter(d)) for d in devs.values()}
     assert len(node_devs) == 3, devs
-    assert not node_devs & {mountinfo_entry(m)[0] for m in gluster_mounts}
+    assert not node_devs & {mountinfo_entry(m)[0] for m in mounts}
+    spread = dict(sorted(hosts.items()))
     cluster_report(
-        f"{n}-task array over {len(hosts)} nodes ({dict(sorted(hosts.items()))}) in {took:.1f} s"
+        f"{n}-task array over {len(hosts)} nodes on {mounts[0]} ({spread}) in {took:.1f} s"
     )

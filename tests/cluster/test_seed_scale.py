@@ -1,6 +1,7 @@
 """The seed workload at CI scale: 2,700 EuroSAT-like images, one record each, written by a
 Slurm array of 27 elements x ``zotsink run --chunk 100 --jobs auto`` spread over the three
-nodes into ONE table on GlusterFS, with one ledger and no per-task file anywhere.
+nodes into ONE table, with one ledger and no per-task file anywhere; once on GlusterFS and
+once on MooseFS, each node writing through its own client.
 
 Needs ``zotsink run`` and ``zotsink status``; skipped while the CLI has no ``run``. The
 27,000-image version of the same run is the benchmark of scripts/bench.
@@ -43,11 +44,20 @@ def seed_images(tmp_path_factory) -> tuple[Path, list[str]]:
     return tasks, tasks.read_text().splitlines()
 
 
+@pytest.fixture(params=["gluster", "moosefs"])
+def shared_dirs(request: pytest.FixtureRequest, slurm_cluster) -> tuple[Path, Path]:
+    """(where the nodes write, a mount that reads it back) on each shared filesystem.
+    MooseFS comes up after the Slurm nodes here: it mounts itself in them."""
+    dirs = request.getfixturevalue(f"{request.param}_dirs")
+    return dirs.node1, dirs[-1]  # GlusterFS's reader, MooseFS's node2
+
+
 def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
-    seed_images, gluster_dirs, slurm_cluster, zotsink_cmd, tmp_path, cluster_report
+    seed_images, shared_dirs, slurm_cluster, zotsink_cmd, tmp_path, cluster_report
 ):
     tasks, images = seed_images
-    out = gluster_dirs.node1 / "stats.tsv"
+    written, reader = shared_dirs
+    out = written / "stats.tsv"
     zotsink = " ".join(zotsink_cmd)
     job = (
         f"{zotsink} run {tasks} {out} --chunk {CHUNK} --jobs auto"
@@ -69,9 +79,8 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
         timeout=1800,
         check=False,
     )
-    assert res.returncode == 0, res.stderr + _what_went_wrong(said, gluster_dirs.reader)
+    assert res.returncode == 0, res.stderr + _what_went_wrong(said, reader)
 
-    reader = gluster_dirs.reader
     lines = (reader / "stats.tsv").read_text().splitlines()
     header, rows = lines[0].split("\t"), [ln.split("\t") for ln in lines[1:]]
     assert header == ["host", "tasknum", "filename", "min", "max", "mean"]
@@ -113,7 +122,8 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
         }
     )
     assert list(tmp_path.iterdir()) == []
-    cluster_report(f"{IMAGES} images over {len(hosts)} nodes: {dict(sorted(hosts.items()))}")
+    spread = dict(sorted(hosts.items()))
+    cluster_report(f"{IMAGES} images over {len(hosts)} nodes on {written.parent}: {spread}")
 
 
 def _what_went_wrong(said: Path, reader: Path) -> str:

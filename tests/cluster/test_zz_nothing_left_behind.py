@@ -30,6 +30,9 @@ DAEMONS = {
     "mfsmaster",
     "mfschunkserver",
     "mfsmount",
+    "sge_qmaster",
+    "sge_execd",
+    "sge_shepherd",
 }
 
 
@@ -80,6 +83,8 @@ def test_nothing_of_the_clusters_is_left_behind(clusters_down):
     ]
     assert leftovers == []
     assert not Path("/var/lib/glusterd/vols/zotsink").exists()
+    # Grid Engine's execd spool per node (job scripts, active jobs) goes with sge.sh down
+    assert [p.name for p in Path("/var/spool/gridengine/execd").glob("node*")] == []
     assert [p.name for p in Path("/mnt").glob("zotsink-*")] == []
     conf = Path("/etc/slurm/slurm.conf")
     assert not (conf.is_symlink() and os.readlink(conf).startswith(BASE))

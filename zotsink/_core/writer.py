@@ -17,7 +17,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, TypeVar
 
 from ..errors import HeaderMismatch, LockError, UsageError, WriteError
 from .backoff import HEADER_SETTLE, tries
@@ -26,11 +26,13 @@ from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
 from .outcheck import check_out
 
-__all__ = ["SYNC_POLICIES", "Writer", "first_line"]
+__all__ = ["SYNC_POLICIES", "Writer", "first_line", "seen_first_line", "seen_to", "until_seen"]
 
 #: A hook run under the lock before a batch is written: (fd, fstat of OUT, the batch) ->
 #: the bytes to write instead (may raise to write nothing).
 Prepare = Callable[[int, os.stat_result, bytes], bytes]
+
+T = TypeVar("T")
 
 #: Values accepted by ``--sync``.
 SYNC_POLICIES: Final = ("auto", "fsync", "none")
@@ -53,11 +55,39 @@ def seen_first_line(fd: int, size: int, limit: int = 1 << 20) -> bytes:
     a while after it learned the new size: a short read then is not another header.
     Read again after pauses, within :data:`.backoff.HEADER_SETTLE`'s budget; what is seen
     then is the answer (and a still-short line is refused as a mismatch, as before)."""
+    return until_seen(
+        lambda: first_line(fd, limit),
+        lambda found: found.endswith(b"\n") or len(found) >= min(size, limit),
+    )
+
+
+def seen_to(fd: int, size: int, start: int = 0) -> bool:
+    """Whether this client reads bytes ``start`` to ``size`` of the open file whole (the
+    server's size, from :func:`.fileio.fresh_stat`), after the wait of
+    :func:`seen_first_line`. A GlusterFS client may answer the reads of a small file from
+    content it cached before another client appended, while it reports the new size."""
+    return until_seen(lambda: _reads_whole(fd, start, size), bool)
+
+
+def until_seen(look: Callable[[], T], seen: Callable[[T], bool]) -> T:
+    """The one stale-view wait: ``look()`` again, after the pauses of
+    :data:`.backoff.HEADER_SETTLE`, until ``seen`` accepts what it returned, within the
+    policy's budget; the last look either way."""
     for _last in tries(HEADER_SETTLE):
-        found = first_line(fd, limit)
-        if found.endswith(b"\n") or len(found) >= min(size, limit):
+        found = look()
+        if seen(found):
             break
     return found
+
+
+def _reads_whole(fd: int, start: int, end: int) -> bool:
+    pos = start
+    while pos < end:
+        got = len(os.pread(fd, min(end - pos, 1 << 20), pos))
+        if not got:
+            return False
+        pos += got
+    return True
 
 
 def first_line(fd: int, limit: int = 1 << 20) -> bytes:

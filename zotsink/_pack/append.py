@@ -23,13 +23,14 @@ from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
 from .._core.backoff import STALE_HANDLE, tries
-from .._core.fileio import open_created, side_file_problem, write_all
+from .._core.fileio import fresh_stat, open_created, side_file_problem, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.stamp import stamp_values, utc_now
+from .._core.writer import seen_to, until_seen
 from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
 from . import tarfmt
-from .archive import check_adoptable, rewrite_index, settle
+from .archive import Settled, check_adoptable, rewrite_index, settle
 from .index import HEADER, IndexCache, Row, format_rows, index_path
 from .locked import locked_archive
 from .tarfmt import TarDamage
@@ -380,9 +381,7 @@ def _append_locked(
                     if idx_fd < 0:  # after the pause: the client's cache has let go
                         idx_fd = _open_index(path, mode)
                     try:
-                        settled = settle(
-                            fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync, coherent=remote
-                        )
+                        settled = _settle_seen(fd, idx_fd, cache, path, mode, fsync, remote)
                         break
                     except OSError as e:
                         # another client replaced the index (a rebuild): follow its name
@@ -454,6 +453,34 @@ def _append_locked(
             if idx_fd >= 0:
                 with contextlib.suppress(OSError):  # ESTALE: replaced by another client
                     os.close(idx_fd)
+
+
+def _settle_seen(
+    fd: int, idx_fd: int, cache: IndexCache, path: str, mode: int, fsync: bool, remote: bool
+) -> Settled:
+    """:func:`.archive.settle`, on a network filesystem once this client reads what the
+    server's sizes say is there. A GlusterFS client may serve a small archive or index from
+    content it cached before another node appended: settle would take the short read for a
+    torn member (a false "damaged"), or, the new index rows unseen too, cut a whole member.
+    The wait is the record writer's for OUT's first line, for the index rows settle reads
+    and for a verdict of damage (real damage is reported after the wait, as before).
+    """
+    if not remote:
+        return settle(fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync)
+    dev, ino, size = fresh_stat(idx_fd, True)
+    same = cache.ident == (dev, ino) and size >= cache.consumed
+    seen_to(idx_fd, size, cache.consumed if same else 0)
+
+    def look() -> Settled | TarDamage:
+        try:
+            return settle(fd, idx_fd, cache, archive=path, mode=mode, fsync=fsync, coherent=True)
+        except TarDamage as e:  # raised before settle changes anything
+            return e
+
+    got = until_seen(look, lambda r: not isinstance(r, TarDamage))
+    if isinstance(got, TarDamage):
+        raise got
+    return got
 
 
 def _refuse_existing(path: str, rows: list[Row], cache: IndexCache) -> None:
