@@ -35,9 +35,7 @@ class _Target:
 
     def append(self, data: bytes, count: int) -> None:
         """Append encoded lines; on failure they are saved and the error says where."""
-        err = self.outlet.write(data, count)
-        if err is not None:
-            raise err
+        self.outlet.put(data, count)
 
     def encode_one(self, record: Record) -> bytes:
         """One record as a bytes line: what ``encode((record,))`` returns, without the
@@ -125,9 +123,7 @@ def append_record(
     """
     # Not through append_records: one record needs no batch (see _Target.encode_one).
     t = _target(path, format, columns, stamp, lock, sync, timeout)
-    err = t.outlet.write(t.encode_one(record), 1)  # not t.append(): a call less
-    if err is not None:
-        raise err
+    t.outlet.put(t.encode_one(record), 1)
 
 
 def append_records(

@@ -168,6 +168,20 @@ class Outlet:
             self.records += count
         return None
 
+    def put(self, data: bytes, count: int) -> None:
+        """:meth:`write` for a caller that reports by raising (``append_record``): the error
+        is raised, after the block was saved; no counts are kept, nobody reads them."""
+        if self._plain:
+            try:
+                self.writer.append(data, timeout=self.timeout)
+            except (HeaderMismatch, LockError, WriteError) as e:
+                self._saved(data, count, e)  # says where on the error itself
+                raise
+            return
+        err = self.write(data, count)
+        if err is not None:
+            raise err
+
     def _write_held(self, held: Held, count: int) -> ZotsinkError | None:
         """A block too large for memory, appended in pieces under one lock hold."""
         try:
