@@ -29,21 +29,27 @@ COLUMNS = {"tsv": ("h1", "h2"), "csv": ("h1", "h2"), "lines": None}
 GOOD = {"tsv": b"x\ty\n", "csv": b"x,y\n", "lines": b"x y\n"}
 
 
+_BAD_LINES = [
+    ("tsv", b"a" * (MAX_LINE + 1024) + b"\tb", "long"),
+    ("lines", b"a" * (MAX_LINE + 1), "long"),
+    ("csv", b"a," + b"b" * (MAX_LINE + 1), "long"),
+    ("tsv", b"a\0\tb", "nul"),
+    ("lines", b"a\0b", "nul"),
+    ("tsv", b"a\tb\tc\td\te", "fields"),
+    ("tsv", b"a\tb\tc", "glued"),
+    ("tsv", b"a", "fields"),
+    ("csv", b"a,b,c,d,e", "fields"),
+    ("csv", b'a,"b"c', "malformed"),
+    ("csv", b'a,"b', "malformed"),
+]
+
+
+# Short ids: pytest puts the test's id in the environment of every process the test starts
+# (PYTEST_CURRENT_TEST), and an id holding a 17 MiB line is over the kernel's limit.
 @pytest.mark.parametrize(
     ("fmt", "line", "kind"),
-    [
-        ("tsv", b"a" * (MAX_LINE + 1024) + b"\tb", "long"),
-        ("lines", b"a" * (MAX_LINE + 1), "long"),
-        ("csv", b"a," + b"b" * (MAX_LINE + 1), "long"),
-        ("tsv", b"a\0\tb", "nul"),
-        ("lines", b"a\0b", "nul"),
-        ("tsv", b"a\tb\tc\td\te", "fields"),
-        ("tsv", b"a\tb\tc", "glued"),
-        ("tsv", b"a", "fields"),
-        ("csv", b"a,b,c,d,e", "fields"),
-        ("csv", b'a,"b"c', "malformed"),
-        ("csv", b'a,"b', "malformed"),
-    ],
+    _BAD_LINES,
+    ids=[f"{fmt}-{kind}-{len(line)}" for fmt, line, kind in _BAD_LINES],
 )
 def test_a_line_append_refuses_is_a_problem_to_verify(
     tmp_path: Path, zotsink: Run, fmt: str, line: bytes, kind: str
