@@ -121,7 +121,7 @@ class Pool:
         self.ends: list[bytes] = []  # end rows not yet in the ledger
         self.tries: dict[int, int] = {}  # attempts in this run, per task
         self.final: dict[int, str] = {}
-        self.elsewhere: dict[int, Task] = {}  # done or running in another run: not started
+        self.elsewhere = 0  # tasks done or running in another run: not started here
         self.started_ok = 0  # task processes that started
         self.start_failures = 0  # tasks that could not start before any did
         self.halted: str | None = None  # why run stopped starting tasks early
@@ -201,8 +201,7 @@ class Pool:
             self.queue.clear()
             self.stopping = True
             return
-        for task in taken:
-            self.elsewhere[task.num] = task
+        self.elsewhere += len(taken)
         for task, attempt in picked:
             self.tries[task.num] = self.tries.get(task.num, 0) + 1
             self._spawn(task, attempt)
@@ -410,16 +409,18 @@ class Pool:
         The records go before the rows that claim them: a crash between the two leaves
         lines no ok row claims, which readers leave out and the next run writes again."""
         places: dict[_Proc, int] = {}
-        small = [p for p in ended if p.held.size and p.held.in_memory() is not None]
-        large = [p for p in ended if p.held.size and p.held.in_memory() is None]
+        # each piece joined once: the one block of all those held in memory, then each of
+        # the pieces kept in a temporary file on its own
+        pieces = {p: p.held.in_memory() for p in ended if p.held.size}
+        small = [p for p, data in pieces.items() if data is not None]
         groups = [small] if small else []
-        groups += [[p] for p in large]
+        groups += [[p] for p, data in pieces.items() if data is None]
         for group in groups:
-            if len(group) == 1:
-                err = self.out.write(group[0].held, group[0].held.count)
+            if group is small:
+                block = b"".join(pieces[p] or b"" for p in group)
+                err = self.out.write(block, sum(p.held.count for p in group))
             else:
-                data = b"".join(p.held.in_memory() or b"" for p in group)
-                err = self.out.write(data, sum(p.held.count for p in group))
+                err = self.out.write(group[0].held, group[0].held.count)
             if err is not None:
                 where = getattr(err, "spill_path", None) or "a side file"
                 for p in group:

@@ -234,6 +234,6 @@ def run_tasks(
         signal=stopper.signum if stopper is not None else None,
         error=o.error or lg.error or runner.ledger_error,
         outcomes=(o, lg, bk),
-        elsewhere=len(runner.elsewhere),
+        elsewhere=runner.elsewhere,
         halted=runner.halted,
     )
