@@ -56,6 +56,7 @@ _LAZY = {
     # run and its ledger
     "run_tasks": "zotsink._run.runner",
     "RunReport": "zotsink._run.runner",
+    "Progress": "zotsink._run.pool",
     "task_states": "zotsink._run.runner",
     "TaskState": "zotsink._run.ledger",
     "read_ledger": "zotsink._run.ledger",
@@ -118,6 +119,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.ledger import TaskState, read_ledger
+    from ._run.pool import Progress
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.status import StatusReport, resubmit_specs, task_status, tasks_in
     from ._stream import StreamReport, append_stream

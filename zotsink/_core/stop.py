@@ -23,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - a Python without it
     import signal  # type: ignore[no-redef]
 
-__all__ = ["STOP_LOCK_TIMEOUT", "STOP_SIGNALS", "Stopper"]
+__all__ = ["STOP_LOCK_TIMEOUT", "STOP_SIGNALS", "Stopper", "leave_stops_to_parent"]
 
 #: Signals that stop reading: cancel, Ctrl-C, hang-up, and Slurm's warning signals.
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -63,3 +63,11 @@ class Stopper:
     @property
     def wakeup_fd(self) -> int:
         return self._rfd
+
+
+def leave_stops_to_parent() -> None:
+    """In a process whose parent handles the stop signals (a ``run`` worker): ignore them,
+    but SIGTERM, by which the parent ends it."""
+    for signum in STOP_SIGNALS:
+        if signum != signal.SIGTERM:
+            signal.signal(signum, signal.SIG_IGN)

@@ -1,18 +1,23 @@
-"""The pool: up to ``jobs`` task processes, read through one ``poll`` loop.
+"""The pool: up to ``jobs`` tasks at a time, read through one ``poll`` loop.
 
-Each child runs in its own session (so a signal reaches everything it started) with stdin
-from ``/dev/null`` and its stdout and stderr on pipes read here: whole stdout lines go
-through the locked append path into OUT, stderr lines, prefixed with the task number, into
-the one shared log.
+A task is a command (each child in its own session, so a signal reaches everything it
+started, with stdin from ``/dev/null`` and stdout and stderr on pipes read here) or a call of
+a Python function in one of ``jobs`` long-lived worker processes (see :mod:`.worker`). A
+task's records are held until it ends; its stderr (a function's prints) goes, prefixed with
+the task number, into the one shared log.
 
-Ledger rows cost a locked, fsynced append each, so they are gathered: the ``end`` rows of
-the tasks that finished and the ``start`` rows of the tasks about to start go in ONE append,
-and that append is on disk before any of those tasks is started. A task's ``end`` row is
-written only after its records are in OUT (or in a side file beside it).
+Group commit: what finishes within :data:`COMMIT_WINDOW` of the first task to finish is
+committed together, in at most three locked appends: the records of all those attempts to
+OUT, their log lines to the log, then their ``end`` rows with the ``start`` rows of the
+tasks claimed next to the ledger. An ``end`` row is written only after the records it claims
+are in OUT (or in a side file beside it), so nothing is ``ok`` before its records are on
+disk. Tasks are claimed ahead (about as many as started since the last claim), so that a
+free slot rarely waits for the ledger.
 
-Stop signals (walltime warnings, ``scancel``, Ctrl-C) start nothing new, are forwarded to
-each running task's process group, and after ``grace`` seconds the tasks still running get
-SIGTERM and then SIGKILL. What they printed is kept; their ``end`` rows say ``interrupted``.
+Stop signals (walltime warnings, ``scancel``, Ctrl-C) start nothing new; commands get the
+signal in their process group, functions are left to finish their call; after ``grace``
+seconds what still runs gets SIGTERM and then SIGKILL. What they printed is kept; their
+``end`` rows say ``interrupted``, as do those of tasks claimed but not started.
 """
 
 from __future__ import annotations
@@ -25,19 +30,29 @@ import signal
 import subprocess
 import time
 from collections import deque
-from typing import IO, Final, NamedTuple
+from collections.abc import Callable
+from typing import IO, Any, Final, NamedTuple
 
 from .._core.blocks import BlockEncoder, Held, LongLine
 from .._core.outlet import Outlet
 from .._core.records import MAX_LINE, Encoder
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import Stopper
-from ..errors import ZotsinkError
+from ..errors import RecordError, ZotsinkError
 from .ledger import Ledger
 from .tasks import Task, task_argv
+from .worker import LINES, Worker
 
-__all__ = ["Pool", "Tasking"]
+__all__ = ["COMMIT_WINDOW", "Pool", "Progress", "Tasking"]
 
+#: Seconds a finished task waits for others to share its commit. A locked, fsynced append
+#: on a shared filesystem costs milliseconds, often tens of them: within this window many
+#: quick tasks share three appends, while a task of seconds or more is delayed by a small
+#: part of its own time, and a crash loses at most this long of finished work (which the
+#: next run does again: nothing of it is claimed).
+COMMIT_WINDOW: Final = 0.25
+#: Seconds between two calls of the progress callback.
+PROGRESS_EVERY: Final = 0.5
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
 KILL_AFTER: Final = 5.0
 #: Tasks that could not start, before any did, after which run stops starting more.
@@ -56,7 +71,9 @@ class _Proc:
         self.task = task
         self.attempt = attempt
         self.batcher = batcher
-        self.popen: subprocess.Popen[bytes] | None = None
+        self.popen: subprocess.Popen[bytes] | None = None  # a command's process
+        self.worker: Worker | None = None  # or the worker that calls the function
+        self.code: int | None = None  # a function's exit: 0, 1 (it raised), a worker's death
         self.started = time.monotonic()
         self.fds: dict[int, bytearray] = {}  # open pipe -> its unfinished last line
         # open pipe -> the file object that owns its descriptor (closed through it alone:
@@ -78,6 +95,17 @@ class _Proc:
         self.term_at: float | None = None  # SIGTERM due
         self.reap_wait = 0.0005  # seconds until the next look for its exit
 
+    @property
+    def group(self) -> subprocess.Popen[bytes] | None:
+        """The process whose group signals reach: the command's, or the worker's."""
+        return self.worker.popen if self.worker is not None else self.popen
+
+    @property
+    def returncode(self) -> int:
+        if self.worker is not None or self.popen is None:
+            return 127 if self.code is None else self.code
+        return self.popen.returncode if self.popen.returncode is not None else 127
+
 
 class Tasking(NamedTuple):
     """How each task is run: the command and the limits ``zotsink run`` was given."""
@@ -90,6 +118,17 @@ class Tasking(NamedTuple):
     grace: float
     kv: str | None  # the tasks print key:value lines
     env: dict[str, str]
+    call: str | None = None  # FILE.py:FUNC or module:FUNC: a function per task, not CMD
+
+
+class Progress(NamedTuple):
+    """Where a run stands, for a progress line."""
+
+    total: int  # tasks this run may start (its queue when it began)
+    done: int  # attempts ended, whatever their status
+    failed: int  # of them not ok
+    running: int
+    seconds: float  # since the run began
 
 
 class Pool:
@@ -105,6 +144,7 @@ class Pool:
         out: Outlet,
         log: Outlet,
         stopper: Stopper | None,
+        progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.queue = queue
         self.how = how
@@ -113,11 +153,16 @@ class Pool:
         self.out = out
         self.log = log
         self.stopper = stopper
+        self.progress = progress
+        self.total = len(queue)
+        self.began = time.monotonic()
+        self.progress_at = self.began + PROGRESS_EVERY
         self.poller = select.poll()
         if stopper is not None:
             self.poller.register(stopper.wakeup_fd, select.POLLIN)
         self.running: dict[int, _Proc] = {}  # pipe fd -> its task
         self.procs: list[_Proc] = []
+        self.ready: deque[tuple[Task, int]] = deque()  # claimed (start row written), not started
         self.ends: list[bytes] = []  # end rows not yet in the ledger
         self.tries: dict[int, int] = {}  # attempts in this run, per task
         self.final: dict[int, str] = {}
@@ -125,39 +170,87 @@ class Pool:
         self.started_ok = 0  # task processes that started
         self.start_failures = 0  # tasks that could not start before any did
         self.halted: str | None = None  # why run stopped starting tasks early
-        self.ending: list[_Proc] = []  # ended in this turn of the loop: finished together
+        self.ending: list[_Proc] = []  # ended, waiting for their group's commit
+        self.first_end = 0.0  # when the first of them ended
+        self.ending_bytes = 0
+        self.since_claim = 0  # attempts started since the last claim: how many to claim ahead
+        self.claimed_at = self.began
+        self.done = 0
+        self.failed = 0
         self.started = 0
         self.stopping = False
         self.ledger_error: Exception | None = None
+        # function workers (--call): every one, the idle ones, and pipe fd -> its worker
+        self.workers: list[Worker] = []
+        self.idle: list[Worker] = []
+        self.worker_fds: dict[int, Worker] = {}
+        self.worker_task: dict[Worker, _Proc] = {}
+        self.worker_prints: dict[Worker, bytearray] = {}
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
+        if self.how.call is not None and self.queue:
+            for _ in range(min(self.how.jobs, len(self.queue))):
+                self._spawn_worker()
         while True:
             self._check_stop()
-            self._start_next()
-            if not self.procs:
+            now = time.monotonic()
+            self._start_ready()
+            if self._commit_due(now):
+                self._commit()
+                self._start_ready()
+            if self.halted is not None or self.stopping:
+                self._release()
+            if self._finished():
                 break
             events = self.poller.poll(self._wait_ms())
             for fd, _ev in events:
                 proc = self.running.get(fd)
                 if proc is not None:
                     self._read(proc, fd)
+                    continue
+                worker = self.worker_fds.get(fd)
+                if worker is not None:
+                    self._from_worker(worker, fd)
             now = time.monotonic()
             for proc in list(self.procs):
                 self._tend(proc, now)
-            if self.ending:
-                ended, self.ending = self.ending, []
-                self._finish(ended)
             if self.log.due(now):
                 self.log.flush()
+            if self.progress is not None and now >= self.progress_at:
+                self.progress_at = now + PROGRESS_EVERY
+                self.progress(self.where())
+        self._commit()
         self.log.flush()
         self._write_ends()
+
+    def where(self) -> Progress:
+        return Progress(
+            self.total, self.done, self.failed, len(self.procs), time.monotonic() - self.began
+        )
+
+    def _finished(self) -> bool:
+        if self.procs or self.ending or (self.ready and self.halted is None and not self.stopping):
+            return False
+        if self.queue and not self.stopping and self.halted is None:
+            # Tasks left and none running: the claim came first in this turn of the loop,
+            # so what is waited for is a worker still loading the function.
+            return not self.workers
+        for w in self.workers:
+            w.stop()  # no more tasks: each ends after its last result
+        return True
 
     def _wait_ms(self) -> int:
         now = time.monotonic()
         waits = [self.log.due_in(now)]
+        if self.ending:
+            waits.append(self.first_end + COMMIT_WINDOW - now)
+        if self.progress is not None:
+            waits.append(self.progress_at - now)
         for p in self.procs:
-            if p.exited_at is not None or not p.fds:
+            if p.worker is not None:
+                pass  # its result and its worker's end come through the pipes polled
+            elif p.exited_at is not None or not p.fds:
                 # Exited, or its pipes closed: the exit follows at once, so look again soon,
                 # then less often (a fixed wait would be added to every quick task).
                 waits.append(p.reap_wait)
@@ -179,15 +272,53 @@ class Pool:
         now = time.monotonic()
         for p in self.procs:
             p.status = "interrupted"
-            _signal_group(p, signum)
+            if p.worker is None:
+                # a function is left to finish its call; a command decides for itself
+                _signal_group(p, signum)
             p.term_at = now + self.how.grace
 
-    # -- starting ----------------------------------------------------------------------------
-    def _start_next(self) -> None:
-        want = self.how.jobs - len(self.procs)
-        if not self.queue or self.stopping or want <= 0:
-            if not self.procs:
-                self._write_ends()
+    # -- committing --------------------------------------------------------------------------
+    def _free(self) -> int:
+        """Tasks that could start now."""
+        if self.how.call is not None:
+            return len(self.idle)
+        return self.how.jobs - len(self.procs)
+
+    def _commit_due(self, now: float) -> bool:
+        if (
+            self.queue
+            and not self.ready
+            and self.halted is None
+            and not self.stopping
+            and (self._free() > 0 or (not self.procs and not self.workers))
+        ):
+            return True  # a task could start: claim it
+        if not self.ending:
+            return False
+        return (
+            self.stopping
+            or not self.procs  # nothing else will end to share the appends
+            or now >= self.first_end + COMMIT_WINDOW
+            or self.ending_bytes >= self.out.batch.max_bytes
+        )
+
+    def _commit(self) -> None:
+        """The group's records to OUT, its log lines to the log, then its end rows (and the
+        start rows of the tasks claimed next) to the ledger."""
+        if self.ending:
+            ended, self.ending, self.ending_bytes = self.ending, [], 0
+            self._finish(ended)
+        now = time.monotonic()
+        # As many as can start now, and as many as will start before the commit after the
+        # next (at the rate since the last claim): the next free slots do not wait for the
+        # ledger, and quick tasks claim with their group's commit, not between commits.
+        rate = self.since_claim / max(now - self.claimed_at, 1e-3)
+        # none before a task ran at all: a command that cannot start claims no more than
+        # it fails (see HALT_AFTER)
+        ahead = math.ceil(rate * 2 * COMMIT_WINDOW) if self.started_ok else 0
+        want = max(self._free(), 0) + ahead - len(self.ready)
+        if not self.queue or self.stopping or self.halted is not None or want <= 0:
+            self._write_ends()
             return
         try:
             # Under the ledger's lock: what other runs did since, then the start rows (with
@@ -201,20 +332,54 @@ class Pool:
             self.queue.clear()
             self.stopping = True
             return
+        self.since_claim = 0
+        self.claimed_at = now
         self.elsewhere += len(taken)
-        for task, attempt in picked:
-            self.tries[task.num] = self.tries.get(task.num, 0) + 1
-            self._spawn(task, attempt)
-        if not picked and not self.procs:
-            self._write_ends()
+        self.ready.extend(picked)
 
-    def _spawn(self, task: Task, attempt: int) -> None:
+    def _release(self) -> None:
+        """Tasks claimed but not started, after a stop or a halt: their end rows say so,
+        or readers would take them for running (or lost) tasks."""
+        if not self.ready:
+            return
+        why = self.halted or "the run was stopped"
+        for task, attempt in self.ready:
+            self.ends.append(
+                self.book.end_row(
+                    task.num,
+                    task.line,
+                    attempt,
+                    status="interrupted",
+                    seconds="0.000",
+                    records=0,
+                    bytes=0,
+                    note=f"not started: {why}",
+                )
+            )
+        self.ready.clear()
+
+    # -- starting ----------------------------------------------------------------------------
+    def _start_ready(self) -> None:
+        while self.ready and not self.stopping and self.halted is None and self._free() > 0:
+            task, attempt = self.ready.popleft()
+            self.tries[task.num] = self.tries.get(task.num, 0) + 1
+            self.since_claim += 1
+            if self.how.call is not None:
+                self._call(self.idle.pop(), task, attempt)
+            else:
+                self._spawn(task, attempt)
+
+    def _attempt(self, task: Task, attempt: int) -> tuple[_Proc, dict[str, str]]:
         env = {**self.how.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
         tpl = self.template
         enc = Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env)  # per task: its tasknum and attempt
         proc = _Proc(task, attempt, BlockEncoder(enc, self.how.kv, count=True))
         self.procs.append(proc)
         self.started += 1
+        return proc, env
+
+    def _spawn(self, task: Task, attempt: int) -> None:
+        proc, env = self._attempt(task, attempt)
         try:
             proc.popen = subprocess.Popen(
                 task_argv(self.how.command, task.line, self.how.shell),
@@ -252,6 +417,168 @@ class Pool:
             self.poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         if self.how.task_timeout is not None:
             proc.term_at = proc.started + self.how.task_timeout
+
+    # -- function workers --------------------------------------------------------------------
+    def _spawn_worker(self) -> None:
+        assert self.how.call is not None
+        try:
+            worker = Worker(self.how.call, self.how.env)
+        except OSError as e:
+            self.halted = f"cannot start a worker for --call {self.how.call}: {e.strerror or e}"
+            self.queue.clear()
+            return
+        self.workers.append(worker)
+        self.worker_prints[worker] = bytearray()
+        for fd in (worker.prints_fd, worker.results_fd):
+            self.worker_fds[fd] = worker
+            self.poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+
+    def _call(self, worker: Worker, task: Task, attempt: int) -> None:
+        proc, _env = self._attempt(task, attempt)
+        proc.worker = worker
+        self.worker_task[worker] = proc
+        if self.how.task_timeout is not None:
+            proc.term_at = proc.started + self.how.task_timeout
+        # A worker that died since it was idle is noticed through its pipes: its task is
+        # then killed, as one that died during the call.
+        worker.send(task.num, attempt, task.line)
+
+    def _from_worker(self, worker: Worker, fd: int) -> None:
+        if fd == worker.prints_fd:
+            data = worker.read_prints()
+            if data:
+                self._prints(worker, data)
+            else:  # its end: the worker is gone (its results pipe says so too)
+                self._unwatch(fd)
+            return
+        frames, ended = worker.frames()
+        for frame in frames:
+            kind = frame[0]
+            if kind == "ready":
+                worker.ready = True
+                self.idle.append(worker)
+            elif kind == "unloadable":
+                self._unloadable(worker, frame[1])
+            else:
+                self._returned(worker, frame)
+        if ended:
+            self._worker_gone(worker)
+
+    def _prints(self, worker: Worker, data: bytes, *, last: bool = False) -> None:
+        """A worker's prints, a line at a time, into the log under its task's number."""
+        pending = self.worker_prints[worker]
+        pending += data
+        if last and pending and not pending.endswith(b"\n"):
+            pending += b"\n"
+        nl = pending.rfind(b"\n")
+        proc = self.worker_task.get(worker)
+        if nl < 0:
+            if len(pending) > MAX_LINE:  # never held whole: its head goes to the log
+                self._log(proc.task.num if proc else 0, bytes(pending[:_LOG_HEAD]))
+                pending.clear()
+            return
+        lines = bytes(pending[:nl]).split(b"\n")
+        del pending[: nl + 1]
+        num = proc.task.num if proc is not None else 0
+        for line in lines:
+            self._log(num, line[:_LOG_HEAD] if len(line) > MAX_LINE else line)
+
+    def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
+        """A function's call ended: its prints first (sent before its result), then its
+        records."""
+        proc = self.worker_task.pop(worker, None)
+        if proc is None:
+            return
+        self.started_ok += 1
+        self._prints(worker, worker.read_prints(), last=True)
+        if frame[0] == "done":
+            proc.code = 0
+            for kind, value in frame[1]:
+                self._item(proc, kind, value)
+        else:
+            _, text, code = frame
+            for line in text.splitlines():
+                self._log(proc.task.num, line.encode("utf-8", "surrogateescape"))
+            proc.code = code
+            last = text.strip().splitlines()[-1:] if text.strip() else [f"exit {code}"]
+            proc.notes.append(f"the function raised: {last[0][:200]}")
+        proc.exited_at = time.monotonic()
+        if proc.status == "interrupted":
+            proc.status = None  # the call ended within the grace: its result stands
+        if not self.stopping and worker.ready:
+            self.idle.append(worker)
+        else:
+            worker.stop()
+
+    def _item(self, proc: _Proc, kind: int, value: Any) -> None:
+        if kind == LINES:
+            raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+            if not raw:
+                return
+            if not raw.endswith(b"\n"):
+                raw += b"\n"
+            self._records(proc, raw)
+            return
+        enc = proc.batcher.enc
+        tpl = self.template
+        if enc.columns is None and tpl.columns is not None:
+            enc.set_columns(tpl.columns)
+        try:
+            line = enc.encode(value)
+        except (RecordError, ZotsinkError) as e:
+            where = proc.batcher.take_line()
+            proc.batcher.rejects.append((f"{where}: {e}", repr(value).encode()))
+            return
+        proc.batcher.line_no += 1
+        if tpl.columns is None and enc.columns is not None:
+            tpl.set_columns(enc.columns)
+            self.out.follow(tpl)
+        proc.records += 1
+        proc.held.add(line, 1)
+
+    def _unloadable(self, worker: Worker, text: str) -> None:
+        worker.stop()
+        if self.halted is None:
+            last = text.strip().splitlines()[-1] if text.strip() else "no reason given"
+            self.halted = (
+                f"cannot load --call {self.how.call}: {last}; nothing was started: "
+                f"fix it and run again (the traceback is in {self.log.writer.path})"
+            )
+            for line in text.splitlines():  # under task number 0: the run's own lines
+                self._log(0, line.encode("utf-8", "surrogateescape"))
+            self.queue.clear()
+
+    def _worker_gone(self, worker: Worker) -> None:
+        """The worker's results pipe ended: it exited, or died (its task is then killed)."""
+        for fd in (worker.results_fd, worker.prints_fd):
+            if fd in self.worker_fds:
+                self._unwatch(fd)
+        try:
+            code = worker.popen.wait(timeout=KILL_AFTER)
+        except subprocess.TimeoutExpired:  # closed its pipe and lives on: not a worker
+            worker.signal(signal.SIGKILL)
+            code = worker.popen.wait()
+        self.workers.remove(worker)
+        if worker in self.idle:
+            self.idle.remove(worker)
+        proc = self.worker_task.pop(worker, None)
+        self._prints(worker, worker.read_prints(), last=True)
+        worker.close()
+        if proc is not None:
+            proc.code = code
+            how = f"signal {_signame(-code)}" if code < 0 else f"exit {code}"
+            if proc.status is None:
+                proc.status = "killed"
+            proc.notes.append(f"its worker died ({how})")
+            proc.exited_at = time.monotonic()
+        elif not worker.ready and self.halted is None and not self.stopping:
+            self._unloadable(worker, f"its worker died while loading it (exit {code})")
+        if (self.queue or self.ready) and not self.stopping and self.halted is None:
+            self._spawn_worker()  # a new worker for the tasks left
+
+    def _unwatch(self, fd: int) -> None:
+        self.poller.unregister(fd)
+        del self.worker_fds[fd]
 
     # -- reading -----------------------------------------------------------------------------
     def _read(self, proc: _Proc, fd: int) -> None:
@@ -324,6 +651,10 @@ class Pool:
             for line in block[:-1].split(b"\n"):
                 self._log(proc.task.num, line)
             return
+        self._records(proc, block)
+
+    def _records(self, proc: _Proc, block: bytes) -> None:
+        """Lines of records (a command's stdout, a function's returned text), held."""
         enc = proc.batcher.enc
         tpl = self.template
         if enc.columns is None and tpl.columns is not None:
@@ -354,7 +685,7 @@ class Pool:
             for fd in list(proc.fds):
                 self._drain(proc, fd)
         if proc.exited_at is not None and not proc.fds:
-            self.ending.append(proc)
+            self._ended(proc, now)
             return
         if proc.term_at is not None and now >= proc.term_at:
             if proc.status is None:
@@ -379,12 +710,21 @@ class Pool:
                     self._lines(proc, fd, bytes(pending) + b"\n")
                 self._close(proc, fd)
 
+    def _ended(self, proc: _Proc, now: float) -> None:
+        """An attempt ended: it waits for its group's commit."""
+        self.procs.remove(proc)
+        if not self.ending:
+            self.first_end = now
+        self.ending.append(proc)
+        self.ending_bytes += proc.held.size
+        self.done += 1
+        self.failed += _status(proc) != "ok"
+
     def _finish(self, ended: list[_Proc]) -> None:
-        """The attempts that ended in one turn of the loop: their records go to OUT in one
-        locked append, then their end rows wait for the ledger's next append."""
+        """The attempts of one commit: their records go to OUT in one locked append, their
+        log lines follow, then their end rows wait for the ledger's append."""
         statuses = {}
         for proc in ended:
-            self.procs.remove(proc)
             statuses[proc] = _status(proc)
             rejects = proc.batcher.rejects
             if rejects:
@@ -436,7 +776,7 @@ class Pool:
 
     def _end_row(self, proc: _Proc, status: str, at: int | None) -> None:
         task = proc.task
-        code = proc.popen.returncode if proc.popen is not None else 127
+        code = proc.returncode
         exit_code, signum = (code, "") if code >= 0 else ("", -code)
         self.ends.append(
             self.book.end_row(
@@ -461,8 +801,6 @@ class Pool:
         )
         if retry and not self.stopping:
             self.queue.appendleft(task)
-        if not self.queue or self.stopping:
-            self._write_ends()  # nothing will start soon to carry them
 
     def _write_ends(self) -> None:
         if not self.ends:
@@ -478,19 +816,31 @@ class Pool:
             _signal_group(proc, signal.SIGKILL)
             if proc.popen is not None:
                 proc.popen.wait()
-        for proc in self.procs:
+        for proc in self.procs + self.ending:
             proc.held.close()
             for f in proc.files.values():
                 f.close()
         self.running.clear()
+        for worker in self.workers:
+            worker.stop()
+            if worker in self.worker_task:  # only after an error, as above
+                worker.signal(signal.SIGKILL)
+        for worker in self.workers:
+            try:
+                worker.popen.wait(timeout=KILL_AFTER)
+            except subprocess.TimeoutExpired:
+                worker.signal(signal.SIGKILL)
+                worker.popen.wait()
+            worker.close()
+        self.workers.clear()
         self.out.close()
         self.log.close()
         self.book.close()
 
 
 def _status(proc: _Proc) -> str:
-    """The status of an attempt that ended, as its process ended."""
-    code = proc.popen.returncode if proc.popen is not None else 127
+    """The status of an attempt that ended, as its process (or call) ended."""
+    code = proc.returncode
     if proc.status is not None:
         return proc.status  # zotsink ended it: timeout, interrupted
     if code == 0:
@@ -499,10 +849,11 @@ def _status(proc: _Proc) -> str:
 
 
 def _signal_group(proc: _Proc, signum: int) -> None:
-    if proc.popen is None:
+    group = proc.group
+    if group is None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.popen.pid, signum)
+        os.killpg(group.pid, signum)
 
 
 def _signame(signum: int) -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .._core.fileio import same_file
 from .._core.header import make_encoder
@@ -22,8 +22,9 @@ from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import UsageError
 from .ledger import Ledger, TaskState, read_ledger, read_states, states_of
-from .pool import Pool, Tasking
+from .pool import Pool, Progress, Tasking
 from .tasks import chunk_range, read_tasks, scheduler_index
+from .worker import call_spec, function_spec
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
 
@@ -98,6 +99,8 @@ def run_tasks(
     out: str | os.PathLike[str],
     command: Sequence[str] = (),
     *,
+    call: str | None = None,
+    function: Callable[[str], Any] | None = None,
     index: int | None = None,
     chunk: int = 1,
     base: int = 1,
@@ -120,19 +123,43 @@ def run_tasks(
     flush_interval: float = 1.0,
     env: Mapping[str, str] | None = None,
     stopper: Stopper | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> RunReport:
     """Run the tasks of this array element (see ``zotsink run --help``); a :class:`RunReport`.
 
     ``index`` None takes the scheduler's array index from ``env``; with none there, every
     task runs. ``command`` gets the task line for each ``{}`` in it, else as its last
     argument; with ``shell`` the task line itself runs under ``/bin/sh -c``.
+
+    ``function`` (or ``call``, ``"FILE.py:FUNC"`` or ``"package.module:FUNC"``) instead of a
+    command: ``jobs`` worker processes import it once and call it with each task's line (no
+    newline). It returns the task's records: None, a str of lines, a mapping (one record by
+    column name) or an iterable of those. What it prints goes to the log; an exception
+    fails the task (its traceback in the log); a worker that dies kills its task and is
+    replaced. ``function`` must be importable by name: defined at the top level of a module
+    or of the script being run.
+
+    ``progress`` is called about twice a second with a :class:`Progress`.
     """
     env = dict(os.environ if env is None else env)
     out = os.fspath(out)
-    if shell and command:
+    if function is not None:
+        if call is not None:
+            raise UsageError("give call or function, not both")
+        call = function_spec(function)
+    if call is not None:
+        if command or shell:
+            raise UsageError(
+                "--call runs a Python function per task: give no CMD and no --shell with it"
+            )
+        call_spec(call)
+    elif shell and command:
         raise UsageError("--shell runs each task line as a command: give no CMD with it")
-    if not shell and not command:
-        raise UsageError("give the command to run after --, or --shell for a list of commands")
+    elif not shell and not command:
+        raise UsageError(
+            "give the command to run after --, --call FILE.py:FUNC, or --shell for a list "
+            "of commands"
+        )
     opts = write_options(
         format=format,
         columns=columns,
@@ -198,7 +225,7 @@ def run_tasks(
     skipped = len(todo) - len(queue)
     runner = Pool(
         queue=queue,
-        how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env),
+        how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env, call),
         book=book,
         template=template,
         out=_outlet(Writer(out, lock=opts.lock, sync=opts.sync, header=template.header_line())),
@@ -213,6 +240,7 @@ def run_tasks(
             )
         ),
         stopper=stopper,
+        progress=progress,
     )
     try:
         runner.loop()

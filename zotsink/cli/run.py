@@ -29,7 +29,9 @@ from ._common import (
 from ._common import state as cli_state
 
 if TYPE_CHECKING:
-    from .. import RunReport
+    from collections.abc import Callable
+
+    from .. import Progress, RunReport
 
 
 def _check_dashes(out: str, command: tuple[str, ...]) -> None:
@@ -71,6 +73,12 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     metavar="J|auto",
     help="Tasks at a time (auto: SLURM_CPUS_PER_TASK, else the CPUs available).",
 )
+@click.option(
+    "--call",
+    metavar="FILE.py:FUNC",
+    help="Call FUNC(line) per task in --jobs long-lived Python workers, not a command; "
+    "it returns the records (None, a str of lines, a dict, or a list of those).",
+)
 @click.option("--shell", is_flag=True, help="Each task line is a command for /bin/sh -c.")
 @click.option("--rerun", is_flag=True, help="Run tasks the ledger says are ok again.")
 @click.option(
@@ -109,6 +117,7 @@ def run_cmd(
     chunk: int,
     base: int,
     jobs: str,
+    call: str | None,
     shell: bool,
     rerun: bool,
     retries: int,
@@ -134,6 +143,8 @@ def run_cmd(
     TASKS has one task per line (numbered from 1; blank and # lines never run).
     CMD gets the task line for each {} in its arguments, else as its last one:
       zotsink run images.txt out.tsv --kv --chunk 100 --jobs auto -- python proc.py
+    or, much faster for Python code, a function called in long-lived workers:
+      zotsink run images.txt out.tsv --chunk 100 --jobs auto --call proc.py:measure
     stderr goes, prefixed by the task number, to OUT.log; every start and end to
     OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
     finish what is left (`zotsink status`, `zotsink missing --ledger`).
@@ -152,6 +163,7 @@ def run_cmd(
                 tasks,
                 out,
                 command,
+                call=call,
                 index=index,
                 chunk=chunk,
                 base=base,
@@ -173,9 +185,31 @@ def run_cmd(
                 batch_bytes=batch_bytes,
                 flush_interval=flush_interval,
                 stopper=stopper,
+                progress=_progress_line() if not quiet else None,
             )
         )
+    if not quiet and sys.stderr.isatty():
+        click.echo("\r\033[K", nl=False, err=True)  # the progress line gives way to the report
     sys.exit(_report(tasks, out, report))
+
+
+def _progress_line() -> Callable[[Progress], None] | None:
+    """One line on a terminal, rewritten in place: done/total, running, failed, rate, ETA.
+    Nothing when stderr is not a terminal (a job's output file)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(p: Progress) -> None:
+        rate = p.done / p.seconds if p.seconds > 0 else 0.0
+        left = p.total - p.done
+        eta = f", ETA {left / rate:.0f} s" if rate > 0 and p.running and left > 0 else ""
+        line = (
+            f"zotsink run: {p.done}/{p.total} done, {p.running} running, {p.failed} not ok, "
+            f"{rate:.1f}/s{eta}"
+        )
+        click.echo(f"\r\033[K{line}", nl=False, err=True)
+
+    return show
 
 
 def _report(tasks: str, out: str, r: RunReport) -> int:

@@ -1,0 +1,319 @@
+"""Function workers: ``zotsink run --call FILE.py:FUNC`` runs FUNC in long-lived processes.
+
+Starting a Python interpreter and importing the user's libraries for every task is most of
+the CPU a quick Python task costs. A worker starts once, imports FUNC's module once, then
+calls ``FUNC(line)`` for each task it is sent. This module owns both ends of the worker's
+protocol: :func:`main` (the worker process) and :class:`Worker` (the run's handle on it).
+
+The worker's descriptors: stdin is ``/dev/null`` (FUNC must not read the task stream);
+stdout and stderr are one pipe that the run copies into the log under the task's number;
+two more pipes carry frames: tasks in, results out. A frame is a 4-byte big-endian length
+and a :mod:`marshal` dump (both ends are the same interpreter, and marshal reads only plain
+values: it cannot run code the way unpickling can).
+
+Frames, worker to run: ``("ready",)`` once FUNC is loaded, ``("unloadable", text)`` when it
+cannot be, and for each task ``("done", items)`` or ``("raised", traceback, exit)``.
+``items`` are the records: ``(0, text)`` for lines, ``(1, {column: value})`` for one record
+by name, values reduced to what marshal carries (other objects become their ``str``).
+Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import marshal
+import os
+import struct
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, Any, Final
+
+from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
+from .._core.stop import leave_stops_to_parent
+from ..errors import UsageError
+
+__all__ = ["Worker", "call_spec", "function_spec", "main"]
+
+_LEN: Final = struct.Struct(">I")
+#: Kinds of result items.
+LINES: Final = 0
+RECORD: Final = 1
+#: The plain value types marshal carries as they are; other values become their str.
+_PLAIN: Final = (str, int, float, bool, bytes, type(None))
+_READ_SIZE: Final = 1 << 16
+
+
+def call_spec(spec: str) -> str:
+    """``spec`` checked (``FILE.py:FUNC`` or ``package.module:FUNC``) before any worker
+    starts: a typo is a usage error, not as many failures as the run has tasks."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not all(part.isidentifier() for part in name.split(".")):
+        raise UsageError(
+            f"--call takes FILE.py:FUNC or package.module:FUNC, not {spec!r}: "
+            "for instance --call process.py:measure"
+        )
+    if _is_file(where):
+        if not os.path.isfile(where):
+            raise UsageError(f"--call {spec}: {where} is not a file (give FILE.py:FUNC)")
+    elif not all(part.isidentifier() for part in where.split(".")):
+        raise UsageError(f"--call {spec}: {where!r} is neither a .py file nor a module name")
+    return spec
+
+
+def function_spec(function: Callable[..., Any]) -> str:
+    """The ``--call`` spec that loads ``function`` in a worker: a top-level function of an
+    importable module, or of the script run as ``__main__`` (loaded under another name, so
+    that its ``if __name__ == "__main__":`` part does not run again in the worker)."""
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", "")
+    if not module or not qualname or "<" in qualname:
+        raise UsageError(
+            f"function {function!r}: give a function defined at the top level of a module "
+            "or script (workers import it by name; a lambda or a nested function has none)"
+        )
+    if module == "__main__":
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        if not path:
+            raise UsageError(
+                f"function {qualname}: defined in an interactive session, which a worker "
+                "cannot import: put it in a file and give FILE.py:FUNC"
+            )
+        return f"{os.path.abspath(path)}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def _is_file(where: str) -> bool:
+    return where.endswith(".py") or os.sep in where
+
+
+def _load(spec: str) -> Callable[[str], Any]:
+    where, _, name = spec.rpartition(":")
+    if _is_file(where):
+        path = os.path.abspath(where)
+        # as `python FILE.py` would: the file's directory first, for its own imports
+        sys.path.insert(0, os.path.dirname(path))
+        modname = os.path.splitext(os.path.basename(path))[0]
+        if not modname.isidentifier() or modname in sys.modules:
+            modname = "zotsink_call_" + str(abs(hash(path)))
+        loader = importlib.util.spec_from_file_location(modname, path)
+        if loader is None or loader.loader is None:
+            raise ImportError(f"cannot load {path} as a Python module")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[modname] = module  # for pickling, dataclasses and the like
+        loader.loader.exec_module(module)
+    else:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would
+        module = importlib.import_module(where)
+    obj: Any = module
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{name} in {where} is a {type(obj).__name__}, not a function")
+    return obj  # type: ignore[no-any-return]
+
+
+def _value(v: Any) -> Any:
+    return v if isinstance(v, _PLAIN) else str(v)
+
+
+def _items(result: Any) -> list[tuple[int, Any]]:
+    """FUNC's return value as result items (see the module's docstring)."""
+    if result is None:
+        return []
+    if isinstance(result, (str, bytes)):
+        return [(LINES, result)]
+    if isinstance(result, Mapping):
+        return [(RECORD, {str(k): _value(v) for k, v in result.items()})]
+    if isinstance(result, Iterable):
+        items: list[tuple[int, Any]] = []
+        for r in result:
+            if r is None:
+                continue
+            if isinstance(r, (str, bytes)):
+                items.append((LINES, r))
+            elif isinstance(r, Mapping):
+                items.append((RECORD, {str(k): _value(v) for k, v in r.items()}))
+            else:
+                raise TypeError(
+                    f"a task's records are str or mappings; this one is a {type(r).__name__}"
+                )
+        return items
+    raise TypeError(
+        "the function returned a "
+        f"{type(result).__name__}: return None, a str, a mapping or an iterable of those"
+    )
+
+
+def _send(f: IO[bytes], message: tuple[Any, ...]) -> None:
+    data = marshal.dumps(message)
+    f.write(_LEN.pack(len(data)) + data)
+    f.flush()
+
+
+def _receive(f: IO[bytes]) -> tuple[Any, ...] | None:
+    head = f.read(_LEN.size)
+    if len(head) < _LEN.size:
+        return None
+    (size,) = _LEN.unpack(head)
+    data = f.read(size)
+    if len(data) < size:
+        return None
+    return marshal.loads(data)  # type: ignore[no-any-return]
+
+
+def main(spec: str, tasks_fd: int, results_fd: int) -> None:
+    """The worker process: load FUNC, then call it for each task until the stream ends."""
+    # Stop signals are the run's to handle: a walltime warning lets the call in progress
+    # finish within the run's --grace; the run ends the worker if it does not.
+    leave_stops_to_parent()
+    tasks = os.fdopen(tasks_fd, "rb")
+    results = os.fdopen(results_fd, "wb")
+    try:
+        func = _load(spec)
+    except BaseException:
+        _flush_prints()
+        _send(results, ("unloadable", traceback.format_exc(limit=-8)))
+        return
+    _flush_prints()
+    _send(results, ("ready",))
+    while True:
+        message = _receive(tasks)
+        if message is None:
+            return
+        num, attempt, line = message
+        os.environ[TASKNUM_VAR] = str(num)
+        os.environ[ATTEMPT_VAR] = str(attempt)
+        try:
+            reply: tuple[Any, ...] = ("done", _items(func(line)))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if code == 0:
+                reply = ("done", [])
+            else:
+                if e.code is not None and not isinstance(e.code, int):
+                    print(e.code, file=sys.stderr)
+                reply = ("raised", "", code)
+        except BaseException as e:
+            # the traceback from FUNC's frame on: the worker's own frame is no news to anyone
+            tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+            reply = ("raised", "".join(traceback.format_exception(type(e), e, tb)), 1)
+        _flush_prints()  # before the result: the run reads the prints first
+        try:
+            _send(results, reply)
+        except ValueError as e:  # marshal: an unmarshallable value inside a record
+            _send(results, ("raised", f"the records could not be passed back: {e}\n", 1))
+
+
+def _flush_prints() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken by FUNC
+            stream.flush()
+
+
+class Worker:
+    """The run's handle on one worker process."""
+
+    def __init__(self, spec: str, env: Mapping[str, str]) -> None:
+        tasks_r, self._tasks_w = os.pipe()
+        results_r, results_w = os.pipe()
+        # Where the zotsink package is (a directory or zotsink.pyz), then this process's
+        # import path: the worker imports this module, and FUNC's, as the run could.
+        home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = [home] + [os.path.abspath(p) for p in sys.path if p]
+        code = (
+            f"import sys; sys.path[:0] = {path!r}; "
+            "from zotsink._run.worker import main; "
+            f"main({spec!r}, {tasks_r}, {results_w})"
+        )
+        try:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(tasks_r, results_w),
+                start_new_session=True,
+                env=dict(env),
+            )
+        finally:
+            os.close(tasks_r)
+            os.close(results_w)
+        assert self.popen.stdout is not None
+        self.prints = self.popen.stdout  # the worker's stdout and stderr, one pipe
+        self.prints_fd = self.prints.fileno()
+        self.results = os.fdopen(results_r, "rb", buffering=0)
+        self.results_fd = results_r
+        os.set_blocking(self.results_fd, False)
+        os.set_blocking(self.prints_fd, False)
+        self._tasks = os.fdopen(self._tasks_w, "wb", buffering=0)
+        self._buf = bytearray()
+        self.ready = False
+        self.closed = False
+
+    def send(self, num: int, attempt: int, line: str) -> bool:
+        """Hand the worker a task; False when it is gone."""
+        data = marshal.dumps((num, attempt, line))
+        try:
+            self._tasks.write(_LEN.pack(len(data)) + data)
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def frames(self) -> tuple[list[tuple[Any, ...]], bool]:
+        """The whole frames the worker sent since the last look, and whether its results
+        pipe has ended (the worker is gone)."""
+        ended = False
+        while True:
+            try:
+                chunk = os.read(self.results_fd, _READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            self._buf += chunk
+        out = []
+        while len(self._buf) >= _LEN.size:
+            (size,) = _LEN.unpack_from(self._buf)
+            if len(self._buf) < _LEN.size + size:
+                break
+            out.append(marshal.loads(bytes(self._buf[_LEN.size : _LEN.size + size])))
+            del self._buf[: _LEN.size + size]
+        return out, ended
+
+    def read_prints(self) -> bytes:
+        """What the worker printed and the run has not read yet (b"" at its end)."""
+        parts = []
+        while True:
+            try:
+                chunk = os.read(self.prints_fd, _READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError:
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def stop(self) -> None:
+        """No more tasks: the worker ends when it has sent the last result."""
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(OSError):
+                self._tasks.close()
+
+    def signal(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            os.killpg(self.popen.pid, signum)
+
+    def close(self) -> None:
+        self.stop()
+        for f in (self.results, self.prints):
+            f.close()
