@@ -486,11 +486,11 @@ class Pool:
     def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
         """A function's call ended: its prints first (sent before its result), then its
         records."""
+        self._prints(worker, worker.read_prints(), last=True)  # still under its task
         proc = self.worker_task.pop(worker, None)
         if proc is None:
             return
         self.started_ok += 1
-        self._prints(worker, worker.read_prints(), last=True)
         if frame[0] == "done":
             proc.code = 0
             for kind, value in frame[1]:
@@ -561,8 +561,8 @@ class Pool:
         self.workers.remove(worker)
         if worker in self.idle:
             self.idle.remove(worker)
-        proc = self.worker_task.pop(worker, None)
         self._prints(worker, worker.read_prints(), last=True)
+        proc = self.worker_task.pop(worker, None)
         worker.close()
         if proc is not None:
             proc.code = code

@@ -26,15 +26,17 @@ import importlib.util
 import marshal
 import os
 import struct
-import subprocess
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import leave_stops_to_parent
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["Worker", "call_spec", "function_spec", "main"]
 
@@ -170,6 +172,7 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
     # Stop signals are the run's to handle: a walltime warning lets the call in progress
     # finish within the run's --grace; the run ends the worker if it does not.
     leave_stops_to_parent()
+    _end_with_parent()
     tasks = os.fdopen(tasks_fd, "rb")
     results = os.fdopen(results_fd, "wb")
     try:
@@ -208,6 +211,22 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
             _send(results, ("raised", f"the records could not be passed back: {e}\n", 1))
 
 
+def _end_with_parent() -> None:
+    """Linux: SIGTERM when the run dies (SIGKILL, a node's OOM killer), so that a call does
+    not go on for hours with nobody to take its result. Elsewhere the worker ends at its
+    next task, when it finds the task stream closed."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the run died before prctl took effect
+        os._exit(1)
+
+
 def _flush_prints() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed or broken by FUNC
@@ -218,6 +237,8 @@ class Worker:
     """The run's handle on one worker process."""
 
     def __init__(self, spec: str, env: Mapping[str, str]) -> None:
+        import subprocess  # here: the worker process itself never needs it
+
         tasks_r, self._tasks_w = os.pipe()
         results_r, results_w = os.pipe()
         # Where the zotsink package is (a directory or zotsink.pyz), then this process's
@@ -230,7 +251,7 @@ class Worker:
             f"main({spec!r}, {tasks_r}, {results_w})"
         )
         try:
-            self.popen = subprocess.Popen(
+            self.popen: subprocess.Popen[bytes] = subprocess.Popen(
                 [sys.executable, "-c", code],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

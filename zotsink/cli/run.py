@@ -222,6 +222,9 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         parts.append(f"{r.skipped} already ok")
     if r.elsewhere:
         parts.append(f"{r.elsewhere} done or running in another run")
+    unstarted = r.selected - r.skipped - r.elsewhere - len(r.states)
+    if r.halted is not None and unstarted:
+        parts.append(f"{unstarted} not started")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
@@ -244,4 +247,6 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         import signal
 
         say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
-    return outcome_code(failed or r.error, r.rejected + len(bad), r.signal)
+    # a halted run did not do what it was asked: never exit 0
+    not_done = r.rejected + len(bad) + (r.halted is not None)
+    return outcome_code(failed or r.error, not_done, r.signal)
