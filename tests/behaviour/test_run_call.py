@@ -456,3 +456,44 @@ def test_group_commit_takes_at_most_half_a_lock_per_task(job: Path, way: str) ->
     assert len(oks) == 400
     locks = int((job / "locks").read_text())
     assert 3 <= locks <= 200, locks
+
+
+def _stderr_on_a_terminal(d: Path, *args: str) -> tuple[int, bytes]:
+    import pty
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen(
+        [*ZOTSINK, *args], cwd=d, env=_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's last writer is gone
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    return p.wait(timeout=120), got
+
+
+def test_a_terminal_shows_one_progress_line_and_a_log_file_none(job: Path) -> None:
+    # 20 calls of at least 0.1 s, two at a time: a second or more, two progress lines or more
+    tasks(job, *(f"sleep 0.1 {'x' * i}" for i in range(20)))
+    code, err = _stderr_on_a_terminal(
+        job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:slow", "--jobs", "2"
+    )
+    assert code == 0, err
+    shown = [x for x in err.split(b"\r") if x.startswith(b"\x1b[Kzotsink run: ")]
+    assert len(shown) >= 2, err
+    assert all(b"/20 done, " in x and b" running, 0 not ok, " in x for x in shown)
+    assert b"20 tasks: 20 ok; 20 records into out.tsv" in err  # then the summary, as ever
+    (job / "out.tsv.ledger").unlink()
+    (job / "out.tsv").unlink()
+    r = _run(job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:slow", "--jobs", "2")
+    assert r.returncode == 0
+    assert b"\r" not in r.stderr and b"done, " not in r.stderr  # not a terminal: no progress
+    assert r.stderr.decode().splitlines() == ["zotsink: 20 tasks: 20 ok; 20 records into out.tsv"]
