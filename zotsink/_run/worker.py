@@ -27,7 +27,6 @@ import marshal
 import os
 import struct
 import sys
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -178,6 +177,8 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
     try:
         func = _load(spec)
     except BaseException:
+        import traceback  # here: most workers never need it
+
         _flush_prints()
         _send(results, ("unloadable", traceback.format_exc(limit=-8)))
         return
@@ -201,6 +202,8 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
                     print(e.code, file=sys.stderr)
                 reply = ("raised", "", code)
         except BaseException as e:
+            import traceback
+
             # the traceback from FUNC's frame on: the worker's own frame is no news to anyone
             tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
             reply = ("raised", "".join(traceback.format_exception(type(e), e, tb)), 1)
