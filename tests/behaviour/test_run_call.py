@@ -497,3 +497,38 @@ def test_a_terminal_shows_one_progress_line_and_a_log_file_none(job: Path) -> No
     assert r.returncode == 0
     assert b"\r" not in r.stderr and b"done, " not in r.stderr  # not a terminal: no progress
     assert r.stderr.decode().splitlines() == ["zotsink: 20 tasks: 20 ok; 20 records into out.tsv"]
+
+
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+def test_the_readme_seed_walk_through_runs(job: Path) -> None:
+    """The README's first run example: the seed's image step as a function, with --call."""
+    try:
+        from PIL import Image
+    except ImportError as e:
+        if IN_CI:  # in CI every README example must run (Pillow is in the test extra)
+            pytest.fail(f"could not import PIL ({e})", pytrace=False)
+        pytest.skip(f"could not import PIL ({e})")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("```python\n# measure.py\n", 1)[1].split("```", 1)[0]
+    (job / "measure.py").write_text(block)
+    paths = []
+    for i, (colour, size) in enumerate([((10, 200, 30), (8, 8)), ((250, 250, 250), (5, 3))]):
+        img = Image.new("RGB", size, colour)
+        img.putpixel((0, 0), (i * 40, 0, 255))
+        path = job / f"img{i}.png"
+        img.save(path)
+        paths.append(path)
+    (job / "images.txt").write_text("".join(f"{p}\n" for p in paths))
+    r = _run(job, "run", "images.txt", "results.tsv", "--call", "measure.py:measure", "-j", "2")
+    assert r.returncode == 0, r.stderr.decode()
+    got = {x["filename"]: x for x in zs.read_records(job / "results.tsv", header=True)}
+    for path in paths:
+        grey = list(Image.open(path).convert("L").tobytes())  # one byte a pixel
+        rec = got[str(path)]
+        assert (int(rec["min"]), int(rec["max"])) == (min(grey), max(grey))
+        assert abs(float(rec["mean"]) - sum(grey) / len(grey)) < 1e-9
+    assert sorted(p.name for p in job.iterdir() if p.name.startswith("results")) == [
+        "results.tsv", "results.tsv.ledger",
+    ]  # fmt: skip
