@@ -532,3 +532,25 @@ def test_the_readme_seed_walk_through_runs(job: Path) -> None:
     assert sorted(p.name for p in job.iterdir() if p.name.startswith("results")) == [
         "results.tsv", "results.tsv.ledger",
     ]  # fmt: skip
+
+
+def test_lines_over_the_limit_are_refused_or_cut_never_held_whole_in_the_log(job: Path) -> None:
+    (job / "big.py").write_text(
+        "import sys\n"
+        "def big(line):\n"
+        "    if line == 'return':\n"
+        "        return 'x' * (20 << 20)\n"
+        "    sys.stdout.write('y' * (20 << 20))\n"
+        "    print(' and the end')\n"
+        "    return {'k': line}\n"
+    )
+    tasks(job, "return", "print")
+    r = _run(job, "run", "tasks.txt", "out.tsv", "--call", "big.py:big", "--columns", "k")
+    assert r.returncode == 1, r.stderr.decode()  # a record refused
+    assert (job / "out.tsv").read_bytes() == b"k\nprint\n"
+    rejects = (job / "out.tsv.rejects").read_bytes()
+    assert rejects.startswith(b"task 1 line 1: line of 20971520 bytes is over the 16777216-byte")
+    assert len(rejects) < (20 << 20) + 200  # the line itself, once
+    log = (job / "out.tsv.log").read_bytes().splitlines()
+    assert [len(x) for x in log] == [2 + 1024, len(log[1])]
+    assert log[1].endswith(b"zotsink: the line above was 20971532 bytes long, cut to 1024")

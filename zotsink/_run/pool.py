@@ -185,7 +185,8 @@ class Pool:
         self.idle: list[Worker] = []
         self.worker_fds: dict[int, Worker] = {}
         self.worker_task: dict[Worker, _Proc] = {}
-        self.worker_prints: dict[Worker, bytearray] = {}
+        self.worker_prints: dict[Worker, bytearray] = {}  # its unfinished last line
+        self.worker_cut: dict[Worker, int] = {}  # bytes so far of a line over the limit
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
@@ -465,23 +466,41 @@ class Pool:
             self._worker_gone(worker)
 
     def _prints(self, worker: Worker, data: bytes, *, last: bool = False) -> None:
-        """A worker's prints, a line at a time, into the log under its task's number."""
+        """A worker's prints, a line at a time, into the log under its task's number; a line
+        over the limit is never held whole: its head is logged, the rest counted."""
+        proc = self.worker_task.get(worker)
+        num = proc.task.num if proc is not None else 0
+        cut = self.worker_cut.pop(worker, None)
+        if cut is not None:  # the rest of a line over the limit, up to its newline
+            nl = data.find(b"\n")
+            if nl < 0 and not last:
+                self.worker_cut[worker] = cut + len(data)
+                return
+            self._cut_note(num, cut + (len(data) if nl < 0 else nl))
+            data = b"" if nl < 0 else data[nl + 1 :]
         pending = self.worker_prints[worker]
         pending += data
         if last and pending and not pending.endswith(b"\n"):
             pending += b"\n"
         nl = pending.rfind(b"\n")
-        proc = self.worker_task.get(worker)
         if nl < 0:
-            if len(pending) > MAX_LINE:  # never held whole: its head goes to the log
-                self._log(proc.task.num if proc else 0, bytes(pending[:_LOG_HEAD]))
+            if len(pending) > MAX_LINE:
+                self._log(num, bytes(pending[:_LOG_HEAD]))
+                self.worker_cut[worker] = len(pending)
                 pending.clear()
             return
         lines = bytes(pending[:nl]).split(b"\n")
         del pending[: nl + 1]
-        num = proc.task.num if proc is not None else 0
         for line in lines:
-            self._log(num, line[:_LOG_HEAD] if len(line) > MAX_LINE else line)
+            if len(line) > MAX_LINE:
+                self._log(num, line[:_LOG_HEAD])
+                self._cut_note(num, len(line))
+            else:
+                self._log(num, line)
+
+    def _cut_note(self, num: int, size: int, how: str = "") -> None:
+        note = f"zotsink: the line above was {size} bytes long, cut to {_LOG_HEAD}{how}"
+        self._log(num, note.encode())
 
     def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
         """A function's call ended: its prints first (sent before its result), then its
@@ -643,8 +662,7 @@ class Pool:
             self.out.reject_long(long, f"over the {MAX_LINE}-byte line limit{how}")
             proc.notes.append(f"a line over the limit refused, see {self.out.rejects_file}")
         else:
-            note = f"zotsink: the line above was {long} bytes long, cut to {_LOG_HEAD}{how}"
-            self._log(proc.task.num, note.encode())
+            self._cut_note(proc.task.num, long, how)
 
     def _lines(self, proc: _Proc, fd: int, block: bytes) -> None:
         if fd == proc.err_fd:
