@@ -125,7 +125,7 @@ def ends(d: Path, out: str = "out.tsv") -> dict[str, list[dict[str, str]]]:
 
 
 def calls(d: Path) -> Counter[str]:
-    return Counter(p.name.split(".")[0] for p in (d / "calls").iterdir())
+    return Counter(p.name.rsplit(".", 2)[0] for p in (d / "calls").iterdir())  # LINE.PID.ATTEMPT
 
 
 @pytest.fixture
@@ -169,7 +169,7 @@ def test_workers_import_the_module_once_and_call_it_per_task(job: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()
     imports = (job / "imports").read_text().split()
     assert len(imports) <= 2  # one per worker (one alone may have taken every task)
-    by_pid = Counter(p.name.split(".")[1] for p in (job / "calls").iterdir())
+    by_pid = Counter(p.name.rsplit(".", 2)[1] for p in (job / "calls").iterdir())
     assert sum(by_pid.values()) == 40
     assert set(by_pid) <= set(imports)  # every call in a worker that imported the module once
     assert len((job / "out.tsv").read_bytes().splitlines()) == 41
@@ -554,3 +554,47 @@ def test_lines_over_the_limit_are_refused_or_cut_never_held_whole_in_the_log(job
     log = (job / "out.tsv.log").read_bytes().splitlines()
     assert [len(x) for x in log] == [2 + 1024, len(log[1])]
     assert log[1].endswith(b"zotsink: the line above was 20971532 bytes long, cut to 1024")
+
+
+def test_two_runs_at_once_call_each_task_once(job: Path) -> None:
+    tasks(job, *(f"sleep 0.05 {i}" for i in range(60)))
+    cmd = [*ZOTSINK, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:slow", "--jobs", "2"]
+    runs = [subprocess.Popen(cmd, cwd=job, env=_env(), stderr=subprocess.PIPE) for _ in "ab"]
+    for p in runs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    assert set(calls(job).values()) == {1} and len(calls(job)) == 60
+    got = sorted(x.decode() for x in _run(job, "cat", "out.tsv").stdout.splitlines()[1:])
+    assert got == sorted(f"sleep 0.05 {i}" for i in range(60))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for the purpose: it runs nothing
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_sigkill_of_the_run_ends_its_workers_and_a_resubmission_finishes(job: Path) -> None:
+    tasks(job, *(f"sleep {0.05 if i % 5 else 60} {i}" for i in range(20)))
+    cmd = [*ZOTSINK, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:slow", "--jobs", "2"]
+    p = subprocess.Popen(cmd, cwd=job, env=_env(), stderr=subprocess.PIPE)
+    _wait_for_calls(job, 2, p)  # task 1 (a minute long) and another are being called
+    workers = [int(x) for x in (job / "imports").read_text().split()]
+    p.kill()
+    p.communicate(timeout=60)
+    end = time.monotonic() + 30
+    while any(_alive(w) for w in workers):  # they end with the run, not a minute later
+        assert time.monotonic() < end, "a worker outlived its run by 30 s"
+        time.sleep(0.05)
+    fast = FUNCS.replace("time.sleep(float(line.split()[1]))", "pass")
+    (job / "funcs.py").write_text(fast)
+    r = _run(job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:slow", "--jobs", "2")
+    assert r.returncode == 0, r.stderr.decode()
+    got = sorted(x.decode() for x in _run(job, "cat", "out.tsv").stdout.splitlines()[1:])
+    assert got == sorted(f"sleep {0.05 if i % 5 else 60} {i}" for i in range(20))
+    oks = Counter(x["key"] for x in ledger_rows(job / "out.tsv.ledger") if x["status"] == "ok")
+    assert set(oks.values()) == {1} and len(oks) == 20
