@@ -63,6 +63,8 @@ _LAZY = {
     "StatusReport": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
     "resubmit_specs": "zotsink._run.status",
+    "ledger_missing": "zotsink._run.status",
+    "LedgerMissing": "zotsink._run.status",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -119,7 +121,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._recover import RecoverReport, recover
     from ._run.ledger import TaskState, read_ledger
     from ._run.runner import RunReport, run_tasks, task_states
-    from ._run.status import StatusReport, resubmit_specs, task_status, tasks_in
+    from ._run.status import (
+        LedgerMissing,
+        StatusReport,
+        ledger_missing,
+        resubmit_specs,
+        task_status,
+        tasks_in,
+    )
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

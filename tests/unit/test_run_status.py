@@ -82,6 +82,7 @@ def test_no_ledger_yet_means_never(tmp_path: Path) -> None:
 
 
 def test_states_option() -> None:
+    # given-up is not asked for by default: those tasks are not to run again
     assert parse_states(None) == {
         "failed", "killed", "timeout", "interrupted", "running", "lost", "never",
     }  # fmt: skip

@@ -93,6 +93,19 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     show_default=True,
     help="After a stop signal, seconds the tasks get before SIGTERM and SIGKILL.",
 )
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Across resubmissions: a task that failed N times is given up, never run again "
+    "[default: the ledger's recorded N, else no limit].",
+)
+@click.option(
+    "--new-settings",
+    is_flag=True,
+    help="Record this run's --chunk, --base, format, --columns, --kv, --stamp and CMD in "
+    "the ledger instead of refusing ones that differ from the recorded settings.",
+)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
 @click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
 @record_options
@@ -114,6 +127,8 @@ def run_cmd(
     retries: int,
     task_timeout: float | None,
     grace: float,
+    max_attempts: int | None,
+    new_settings: bool,
     ledger: str | None,
     log: str | None,
     fmt: str,
@@ -161,6 +176,8 @@ def run_cmd(
                 retries=retries,
                 task_timeout=task_timeout,
                 grace=grace,
+                max_attempts=max_attempts,
+                new_settings=new_settings,
                 ledger=ledger,
                 log=log,
                 format=fmt,
@@ -188,6 +205,8 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         parts.append(f"{r.skipped} already ok")
     if r.elsewhere:
         parts.append(f"{r.elsewhere} done or running in another run")
+    if r.given_up:
+        parts.append(f"{r.given_up} given up after {r.max_attempts} failed attempts")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
@@ -210,4 +229,5 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         import signal
 
         say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
-    return outcome_code(failed or r.error, r.rejected + len(bad), r.signal)
+    # a given-up task is not ok either: the job must not look finished
+    return outcome_code(failed or r.error, r.rejected + len(bad) + r.given_up, r.signal)

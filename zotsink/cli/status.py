@@ -11,6 +11,8 @@ import click
 from ._common import CONTEXT, json_option, print_json, read_lock_options, run_api
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .. import StatusReport
 
 
@@ -28,6 +30,14 @@ if TYPE_CHECKING:
     help="Seconds between redraws with --watch.",
 )
 @click.option("--slowest", type=click.IntRange(0), default=5, show_default=True, metavar="N")
+@click.option(
+    "--chunk",
+    type=click.IntRange(1),
+    help="Tasks per array index, for the indices to resubmit [default: the recorded one].",
+)
+@click.option(
+    "--base", type=int, help="The index of the first chunk [default: the recorded one, else 1]."
+)
 @read_lock_options
 def status_cmd(
     tasks: str,
@@ -37,6 +47,8 @@ def status_cmd(
     watch: bool,
     interval: float,
     slowest: int,
+    chunk: int | None,
+    base: int | None,
     lock: str,
     timeout: float,
 ) -> None:
@@ -44,8 +56,10 @@ def status_cmd(
 
     \b
     The ledger is OUT.ledger (or --ledger PATH). States: ok, failed, killed,
-    timeout, interrupted, running (a start and no end yet), lost (a start whose
-    run process is gone), never (no row).
+    timeout, interrupted, given-up (failed --max-attempts times), running (a
+    start and no end yet), lost (a start whose run process is gone), never (no
+    row). With a chunked run's settings recorded in the ledger, the array indices
+    to resubmit (in the recorded --chunk and --base, unless given).
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
     from .. import task_status
@@ -55,9 +69,17 @@ def status_cmd(
     if out is None and ledger is None:
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
-    report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout))
+
+    def read() -> StatusReport:
+        return run_api(
+            lambda: task_status(
+                tasks, path, slowest=slowest, chunk=chunk, base=base, lock=lock, timeout=timeout
+            )
+        )
+
+    report = read()
     if watch:
-        report = _watch(tasks, path, slowest, lock, timeout, interval, report)
+        report = _watch(read, interval, report)
     if as_json:
         print_json(report.to_dict())
     if not watch or not as_json:
@@ -79,6 +101,19 @@ def status_lines(report: StatusReport) -> list[str]:
         lines.append(line)
     for num, secs, key in report.slowest:
         lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+    if c["given-up"]:
+        from .. import array_spec
+
+        lines.append(
+            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}"
+        )
+    if report.settings is not None and "chunk" in report.settings and not report.all_ok:
+        spec = report.resubmit()
+        if spec:
+            lines.append(
+                f"to run again: array indices {spec} (--chunk {report.chunk} --base "
+                f"{report.base}); resubmit them when nothing runs"
+            )
     return lines
 
 
@@ -112,7 +147,7 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     c = report.counts
     done = c["ok"] / report.total if report.total else 1.0
     fill = int(done * width)
-    bad = c["failed"] + c["killed"] + c["timeout"] + c["interrupted"] + c["lost"]
+    bad = c["failed"] + c["killed"] + c["timeout"] + c["interrupted"] + c["lost"] + c["given-up"]
     eta = ""
     if report.eta is not None and not report.all_ok:
         eta = f" ETA {int(report.eta) // 60}:{int(report.eta) % 60:02d}"
@@ -122,18 +157,8 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     )
 
 
-def _watch(
-    tasks: str,
-    path: str,
-    slowest: int,
-    lock: str,
-    timeout: float,
-    interval: float,
-    report: StatusReport,
-) -> StatusReport:
+def _watch(read: Callable[[], StatusReport], interval: float, report: StatusReport) -> StatusReport:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
-    from .. import task_status
-
     tty = sys.stderr.isatty()
     try:
         while True:
@@ -142,9 +167,7 @@ def _watch(
             if report.settled:
                 break
             time.sleep(interval)
-            report = run_api(
-                lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout)
-            )
+            report = read()
     except KeyboardInterrupt:
         pass
     if tty:
