@@ -119,7 +119,8 @@ def test_eight_runs_keep_out_log_and_ledger_whole(
     assert set(log) == {f"{t}\titem{t} err {k}" for t in range(1, 65) for k in range(1, 101)}
     rows = ledger_rows(tmp_path / "out.txt.ledger")
     events = collections.Counter((r["event"], int(r["tasknum"])) for r in rows)
-    assert events == {(e, t): 1 for e in ("start", "end") for t in range(1, 65)}
+    # and the run's settings, recorded once: the runs after the first found them on record
+    assert events == {("run", 0): 1, **{(e, t): 1 for e in ("start", "end") for t in range(1, 65)}}
     per_task = collections.Counter(line.split(" ")[0] for line in lines)
     for r in rows:
         if r["event"] == "end":
