@@ -228,7 +228,7 @@ class Pool:
             argv = task_argv(self.how.command, task.line, self.how.shell)
             why = f"cannot start {argv[0]!r}: {e.strerror or e}"
             proc.notes.append(why)
-            self._log(task.num, f"zotsink: {why}".encode())
+            self._log(task.num, attempt, f"zotsink: {why}".encode())
             proc.exited_at = time.monotonic()
             if not self.started_ok:
                 self.start_failures += 1
@@ -298,7 +298,7 @@ class Pool:
         else:
             # stderr is for a person: its head is logged, the rest counted and cut
             proc.longs[fd] = len(head)
-            self._log(proc.task.num, bytes(head[:_LOG_HEAD]))
+            self._log(proc.task.num, proc.attempt, bytes(head[:_LOG_HEAD]))
             return
         self._long_add(proc, fd, head)
 
@@ -317,12 +317,12 @@ class Pool:
             proc.notes.append(f"a line over the limit refused, see {self.out.rejects_file}")
         else:
             note = f"zotsink: the line above was {long} bytes long, cut to {_LOG_HEAD}{how}"
-            self._log(proc.task.num, note.encode())
+            self._log(proc.task.num, proc.attempt, note.encode())
 
     def _lines(self, proc: _Proc, fd: int, block: bytes) -> None:
         if fd == proc.err_fd:
             for line in block[:-1].split(b"\n"):
-                self._log(proc.task.num, line)
+                self._log(proc.task.num, proc.attempt, line)
             return
         enc = proc.batcher.enc
         tpl = self.template
@@ -335,8 +335,10 @@ class Pool:
         proc.records += n
         proc.held.add(data, n)
 
-    def _log(self, num: int, line: bytes) -> None:
-        self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1)
+    def _log(self, num: int, attempt: int, line: bytes) -> None:
+        from .logline import log_line  # the one writer of the log's format
+
+        self.log.add(log_line(num, attempt, line), 1)
 
     def _close(self, proc: _Proc, fd: int) -> None:
         self.poller.unregister(fd)
