@@ -64,6 +64,8 @@ _LAZY = {
     "tasks_in": "zotsink._run.status",
     "resubmit_specs": "zotsink._run.status",
     "ledger_missing": "zotsink._run.status",
+    "failed_tasks": "zotsink._run.status",
+    "FailedTask": "zotsink._run.status",
     "LedgerMissing": "zotsink._run.status",
     # collect, doctor
     "collect": "zotsink._collect.collect",
@@ -122,8 +124,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.ledger import TaskState, read_ledger
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.status import (
+        FailedTask,
         LedgerMissing,
         StatusReport,
+        failed_tasks,
         ledger_missing,
         resubmit_specs,
         task_status,

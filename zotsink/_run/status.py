@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._check.missing import array_spec
+from .._core.fileio import line_blocks, pread_chunks, side_file_problem
+from .._core.snapshot import snapshot
 from ..errors import UsageError
-from .ledger import STATES, LedgerTally, TaskState
+from .ledger import FAILING, STATES, LedgerTally, TaskState
+from .logline import parse_log_line
 from .tasks import Task, chunk_of, split_spec, task_lines
 
 __all__ = [
+    "FailedTask",
     "LedgerMissing",
     "StatusReport",
+    "failed_tasks",
     "ledger_missing",
     "parse_states",
     "resubmit_specs",
@@ -251,3 +258,109 @@ def resubmit_specs(
         lock=lock,
         timeout=timeout,
     ).specs
+
+
+class FailedTask(NamedTuple):
+    """A task whose latest attempt failed, was killed or timed out (given up, too), with
+    the last lines that attempt wrote to stderr."""
+
+    tasknum: int
+    line: str  # the task's line
+    state: str  # failed, killed, timeout or given-up
+    status: str  # the end row's: failed, killed or timeout
+    attempt: int
+    exit: str  # the exit code, "" when a signal ended it
+    signal: str
+    seconds: float | None
+    stderr: list[str]  # its last lines in the log, oldest first
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+#: Bytes of a log line kept for the report: the head says what went wrong.
+_LINE_HEAD = 2000
+
+
+def failed_tasks(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    log: str | os.PathLike[str],
+    *,
+    last: int = 5,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> tuple[list[FailedTask], str | None]:
+    """Each task of ``tasks`` whose latest attempt failed (see :class:`FailedTask`), with
+    the ``last`` lines of that attempt's stderr from ``log``; and a note when the log
+    cannot tell them (it does not exist), else None.
+
+    The log is read as a snapshot under its shared lock (``timeout``), only when it is this
+    user's own regular file, in blocks: what is kept is the last lines of the failed
+    attempts alone, however large the log. Lines of an older log carry no attempt: they
+    count for the task's latest attempt.
+    """
+    keys, _ = task_lines(tasks)
+    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    found: dict[int, FailedTask] = {}
+    for n in keys:
+        state = tally.state(n)
+        if state not in FAILING and state != "given-up":
+            continue
+        row = tally[n].last
+        if row is None or row.event != "end":
+            continue
+        try:
+            secs: float | None = float(row.seconds)
+        except ValueError:
+            secs = None
+        if secs is not None and math.isnan(secs):
+            secs = None
+        attempt = int(row.attempt) if row.attempt.isdigit() else 0
+        found[n] = FailedTask(
+            n, keys[n], state, row.status, attempt, row.exit, row.signal, secs, []
+        )
+    if not found or last <= 0:
+        return list(found.values()), None
+    tails = {n: deque[bytes](maxlen=last) for n in found}
+    note = _read_log(os.fspath(log), found, tails, lock=lock, timeout=timeout)
+    out = [
+        t._replace(stderr=[x.decode("utf-8", "replace") for x in tails[t.tasknum]])
+        for t in found.values()
+    ]
+    return out, note
+
+
+def _read_log(
+    path: str,
+    found: Mapping[int, FailedTask],
+    tails: Mapping[int, Any],
+    *,
+    lock: str,
+    timeout: float,
+) -> str | None:
+    if not os.path.lexists(path):
+        return f"no log at {path}: the tasks' stderr is not shown (give --log PATH)"
+    fd, size = snapshot(path, lock=lock, timeout=timeout)
+    try:
+        # the rule the log is written by (a group may share it, nobody may plant it)
+        problem = side_file_problem(os.fstat(fd), path, own=False)
+        if problem:
+            raise UsageError(
+                f"the log {path} is not to be trusted ({problem}); give --log the log "
+                "`zotsink run` wrote",
+                path=path,
+            )
+        for lines, whole in line_blocks(pread_chunks(fd, size, 1 << 20)):
+            if not whole:
+                continue  # a last line still being written
+            for line in lines:
+                parsed = parse_log_line(line)
+                if parsed is None:
+                    continue
+                task = found.get(parsed.tasknum)
+                if task is not None and parsed.attempt in (None, task.attempt):
+                    tails[parsed.tasknum].append(parsed.text[:_LINE_HEAD])
+    finally:
+        os.close(fd)
+    return None

@@ -8,18 +8,45 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import CONTEXT, json_option, print_json, read_lock_options, run_api
+from ._common import (
+    CONTEXT,
+    json_option,
+    print_json,
+    read_lock_options,
+    run_api,
+    stdout_closed,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
-    from .. import StatusReport
+    from .. import FailedTask, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(), required=False)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="List each failed, killed, timed-out or given-up task: its line, attempt, exit or "
+    "signal, seconds and the last lines of its stderr from the log.",
+)
+@click.option(
+    "--log",
+    type=click.Path(),
+    help="With --failed: the tasks' log [default: OUT.log, or the ledger's name with .log].",
+)
+@click.option(
+    "--last",
+    type=click.IntRange(0),
+    default=5,
+    show_default=True,
+    metavar="N",
+    help="With --failed: stderr lines shown per task.",
+)
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
@@ -43,6 +70,9 @@ def status_cmd(
     tasks: str,
     out: str | None,
     ledger: str | None,
+    failed: bool,
+    log: str | None,
+    last: int,
     as_json: bool,
     watch: bool,
     interval: float,
@@ -80,8 +110,26 @@ def status_cmd(
     report = read()
     if watch:
         report = _watch(read, interval, report)
+    listed: list[dict[str, Any]] | None = None
+    if failed:
+        from .. import failed_tasks
+
+        if log is None:
+            log = f"{out}.log" if out is not None else _log_beside(path)
+        found, note = run_api(
+            lambda: failed_tasks(tasks, path, log, last=last, lock=lock, timeout=timeout)
+        )
+        if note is not None:
+            click.echo(f"zotsink: note: {note}", err=True)
+        if as_json:
+            listed = [t.to_dict() for t in found]
+        else:
+            _print_failed(found)
     if as_json:
-        print_json(report.to_dict())
+        d = report.to_dict()
+        if listed is not None:
+            d["failed"] = listed
+        print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
             click.echo(f"zotsink: {line}", err=True)
@@ -115,6 +163,28 @@ def status_lines(report: StatusReport) -> list[str]:
                 f"{report.base}); resubmit them when nothing runs"
             )
     return lines
+
+
+def _log_beside(ledger: str) -> str:
+    """The log `zotsink run` writes beside OUT, found from its ledger's name."""
+    return ledger[: -len(".ledger")] + ".log" if ledger.endswith(".ledger") else ledger + ".log"
+
+
+def _print_failed(found: list[FailedTask]) -> None:
+    """Each failed task on stdout: one line, then its last stderr lines, indented."""
+    out = []
+    for t in found:
+        how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
+        secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
+        state = t.status if t.state == t.status else f"{t.status}, {t.state}"
+        out.append(f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}")
+        out += [f"    {line}" for line in t.stderr]
+    try:
+        for line in out:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
 
 
 def _duration(seconds: float) -> str:
