@@ -880,6 +880,7 @@ class LedgerTally(Mapping[int, TaskState]):
         starts = array("I", bytes(4 * size))
         failures = array("I", bytes(4 * size))
         run_at = -1  # the latest run row
+        jobs: set[bytes] = set()  # the scheduler's jobs that started these tasks
         at = array("q", [-1]) * size
         seconds = array("d", [math.nan]) * size
         first = last = b""
@@ -907,6 +908,7 @@ class LedgerTally(Mapping[int, TaskState]):
                         last = time
                 at[n] = offset
                 if event == b"start":
+                    jobs.add(rest.split(b"\t", 2)[1])
                     starts[n] += 1
                     code[n] = _START
                     seconds[n] = math.nan
@@ -942,6 +944,7 @@ class LedgerTally(Mapping[int, TaskState]):
         weakref.finalize(self, scan.close)
         self._code, self._starts, self._at, self._seconds = code, starts, at, seconds
         self._failures = failures
+        self.jobs = sorted(j.decode("utf-8", "surrogateescape") for j in jobs if j)
         self.first_time = first.decode() or None
         self.last_time = last.decode() or None
 

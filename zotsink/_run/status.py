@@ -12,6 +12,7 @@ from .._check.missing import array_spec
 from .._core.fileio import line_blocks, pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from ..errors import UsageError
+from .alive import forget_jobs, job_alive
 from .ledger import FAILING, STATES, LedgerTally, TaskState
 from .logline import parse_log_line
 from .tasks import Task, chunk_of, split_spec, task_lines
@@ -42,6 +43,9 @@ class StatusReport(NamedTuple):
     chunk: int = 1  # given, else recorded: what ``resubmit`` is in
     base: int = 1
     max_attempts: int | None = None  # given, else recorded: what made tasks given-up
+    # whether tasks that never ran may still start: no run has begun yet, or the scheduler
+    # still has a job of the ledger queued or running (or cannot say)
+    waiting: bool = True
 
     @property
     def all_ok(self) -> bool:
@@ -49,8 +53,9 @@ class StatusReport(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """Nothing is running and nothing waits to start: watching can stop."""
-        return not self.counts["running"] and not self.counts["never"]
+        """Nothing is running and nothing waits to start (a task that never ran waits only
+        while a job of the ledger may still start it): watching can stop."""
+        return not self.counts["running"] and (not self.counts["never"] or not self.waiting)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,11 +126,15 @@ def task_status(
     chunk: int | None = None,
     base: int | None = None,
     max_attempts: int | None = None,
+    fresh: bool = False,
     lock: str = "auto",
     timeout: float = 600.0,
 ) -> StatusReport:
     """Where every runnable task of ``tasks`` stands according to ``ledger``; ``chunk``,
-    ``base`` and ``max_attempts`` default to the ledger's recorded settings."""
+    ``base`` and ``max_attempts`` default to the ledger's recorded settings. ``fresh``:
+    the scheduler is asked again about jobs this process asked about before (a watch)."""
+    if fresh:
+        forget_jobs()
     keys, _ = task_lines(tasks)
     tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
     counts = tally.counts()
@@ -135,6 +144,11 @@ def task_status(
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
     eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
     chunk, base = recorded_array(tally.settings, chunk, base)
+    # Runs without a scheduler (no job id) that are all gone leave nothing to wait for;
+    # a job the scheduler cannot answer about may still start tasks.
+    waiting = tally.first_time is None or (
+        counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
+    )
     return StatusReport(
         len(keys),
         counts,
@@ -146,6 +160,7 @@ def task_status(
         chunk,
         base,
         tally.max_attempts,
+        waiting,
     )
 
 

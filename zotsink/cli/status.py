@@ -103,7 +103,14 @@ def status_cmd(
     def read() -> StatusReport:
         return run_api(
             lambda: task_status(
-                tasks, path, slowest=slowest, chunk=chunk, base=base, lock=lock, timeout=timeout
+                tasks,
+                path,
+                slowest=slowest,
+                chunk=chunk,
+                base=base,
+                fresh=watch,
+                lock=lock,
+                timeout=timeout,
             )
         )
 
