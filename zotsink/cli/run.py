@@ -149,12 +149,14 @@ def run_cmd(
     TASKS has one task per line (numbered from 1; blank and # lines never run).
     CMD gets the task line for each {} in its arguments, else as its last one:
       zotsink run images.txt out.tsv --kv --chunk 100 --jobs auto -- python proc.py
-    stderr goes, prefixed by the task number, to OUT.log; every start and end to
+    stderr goes, prefixed by TASKNUM.ATTEMPT, to OUT.log; every start and end to
     OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
-    finish what is left (`zotsink status`, `zotsink missing --ledger`).
+    finish what is left (`zotsink status`, `zotsink missing --ledger`). The ledger
+    records the settings; a resubmission called otherwise is refused.
 
     \b
-    Exit codes: 0 every task ok, 1 a task not ok or records refused, 2 usage,
+    Exit codes: 0 every task ok, 1 a task not ok (or given up) or records
+    refused, 2 usage or settings other than the recorded ones,
     74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
     """
     from .. import Stopper, run_tasks
