@@ -59,3 +59,18 @@ def test_a_run_that_records_other_settings_meanwhile_stops_the_claim(tmp_path: P
     assert [r.event for r in read_ledger(path)] == ["start"]
     first.close()
     second.close()
+
+
+def test_settings_recorded_by_another_run_later_do_not_stop_a_run_halfway(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    keys = {1: "a", 2: "b"}
+    book = Ledger(path, env={})
+    states, seen, recorded = read_begin(path, keys)
+    book.begin(keys, states, seen, rerun=False, settings=A, recorded=recorded)
+    book.claim(deque([Task(1, "a")]), 1, [])
+    other = Ledger(path, env={})
+    other.append([other.settings_row({**A, "chunk": "5"})])  # a run with --new-settings
+    other.close()
+    picked, _ = book.claim(deque([Task(2, "b")]), 1, [])
+    assert [(t.num, n) for t, n in picked] == [(2, 1)]
+    book.close()

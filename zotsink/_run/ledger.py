@@ -326,6 +326,9 @@ class Ledger:
         if self._conflict is not None:
             raise UsageError(self._conflict, path=self.path)
         self._settings_row = b""  # on disk now: recorded once
+        # This run began under its settings: another run that records others from now on
+        # (--new-settings) does not stop it halfway.
+        self._settings = None
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
         self._seen = self.writer.last_at + self._claimed_bytes
