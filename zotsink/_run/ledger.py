@@ -16,7 +16,6 @@ Readers of task rows never see it: no task has the number 0.
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import os
 import re
@@ -174,6 +173,8 @@ def settings_conflict(
 
 def _settings_of(note: str) -> dict[str, str] | None:
     """The settings a ``run`` row's note holds; None when it holds none (damaged)."""
+    import json  # here: cat and verify read the ledger without settings, and skip it
+
     try:
         value = json.loads(note)
     except ValueError:
@@ -244,6 +245,8 @@ class Ledger:
 
     def settings_row(self, settings: Mapping[str, str]) -> bytes:
         """The ``run`` row that records ``settings`` (see :data:`COMPARED_SETTINGS`)."""
+        import json  # see _settings_of
+
         note = json.dumps(dict(settings), ensure_ascii=False, sort_keys=True)
         return self._row(RUN_EVENT, RUN_TASKNUM, "", "", {"note": note})
 
@@ -489,7 +492,7 @@ def read_begin(
         rows: list[LedgerRow] = []
         # the run rows' number joins the search: an array element still reads only its
         # chunk's rows
-        for n, _at, line in scan.lines({*keys, RUN_TASKNUM}):
+        for n, _at, line in scan.lines(_AndRunRows(keys)):
             row = scan.row(n, line)
             if row.tasknum != RUN_TASKNUM:
                 rows.append(row)
@@ -498,6 +501,23 @@ def read_begin(
         return states_of(keys, rows), scan.size, settings
     finally:
         scan.close()
+
+
+class _AndRunRows(Collection[int]):
+    """Task numbers and the run rows' 0, without a copy of a million numbers."""
+
+    def __init__(self, keys: Collection[int]) -> None:
+        self._keys = keys
+
+    def __contains__(self, num: object) -> bool:
+        return num == RUN_TASKNUM or num in self._keys
+
+    def __iter__(self) -> Iterator[int]:
+        yield RUN_TASKNUM
+        yield from self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys) + 1
 
 
 def recorded_max_attempts(settings: Mapping[str, str] | None) -> int | None:
