@@ -38,4 +38,4 @@ def parse_log_line(line: bytes) -> LogLine | None:
     num, dot, attempt = head.partition(b".")
     if not num.isdigit() or (dot and not attempt.isdigit()):
         return None
-    return LogLine(int(num), int(attempt) if dot else None, text)
+    return LogLine(tasknum=int(num), attempt=int(attempt) if dot else None, text=text)

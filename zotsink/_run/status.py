@@ -150,17 +150,17 @@ def task_status(
         counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
     )
     return StatusReport(
-        len(keys),
-        counts,
-        rate,
-        eta,
-        tally.slowest(slowest),
-        tally,
-        tally.settings,
-        chunk,
-        base,
-        tally.max_attempts,
-        waiting,
+        total=len(keys),
+        counts=counts,
+        rate=rate,
+        eta=eta,
+        slowest=tally.slowest(slowest),
+        states=tally,
+        settings=tally.settings,
+        chunk=chunk,
+        base=base,
+        max_attempts=tally.max_attempts,
+        waiting=waiting,
     )
 
 
@@ -234,7 +234,14 @@ def ledger_missing(
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
     chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
     specs = split_spec(chunks, base, max_array)
-    return LedgerMissing(picked, specs, given_up, chunk, base, found.max_attempts)
+    return LedgerMissing(
+        tasks=picked,
+        specs=specs,
+        given_up=given_up,
+        chunk=chunk,
+        base=base,
+        max_attempts=found.max_attempts,
+    )
 
 
 def tasks_in(
@@ -333,7 +340,15 @@ def failed_tasks(
             secs = None
         attempt = int(row.attempt) if row.attempt.isdigit() else 0
         found[n] = FailedTask(
-            n, keys[n], state, row.status, attempt, row.exit, row.signal, secs, []
+            tasknum=n,
+            line=keys[n],
+            state=state,
+            status=row.status,
+            attempt=attempt,
+            exit=row.exit,
+            signal=row.signal,
+            seconds=secs,
+            stderr=[],
         )
     if not found or last <= 0:
         return list(found.values()), None
