@@ -64,6 +64,10 @@ _LAZY = {
     "StatusReport": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
     "resubmit_specs": "zotsink._run.status",
+    "ledger_missing": "zotsink._run.status",
+    "failed_tasks": "zotsink._run.status",
+    "FailedTask": "zotsink._run.status",
+    "LedgerMissing": "zotsink._run.status",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -121,7 +125,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.ledger import TaskState, read_ledger
     from ._run.pool import Progress
     from ._run.runner import RunReport, run_tasks, task_states
-    from ._run.status import StatusReport, resubmit_specs, task_status, tasks_in
+    from ._run.status import (
+        FailedTask,
+        LedgerMissing,
+        StatusReport,
+        failed_tasks,
+        ledger_missing,
+        resubmit_specs,
+        task_status,
+        tasks_in,
+    )
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

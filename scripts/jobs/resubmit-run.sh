@@ -1,16 +1,18 @@
 #!/bin/bash
 # Resubmit exactly the array elements of a `zotsink run` job whose chunk holds a task that
-# is not ok yet (failed, killed, timed out, interrupted, lost, or never run).
+# is not ok yet (failed, killed, timed out, interrupted, lost, or never run). Tasks given up
+# (they failed `run --max-attempts N` times) are not resubmitted: the script says which.
 #
 #   scripts/jobs/resubmit-run.sh [--force] [SUBMIT-OPTION ...]
 #
-# `zotsink missing TASKS --ledger LEDGER --chunk CHUNK --array --max-array MAX` prints one
+# `zotsink missing TASKS --ledger LEDGER --array --max-array MAX` prints one
 # line per submission, `SPEC BASE`: the array indices, and the base that makes index N of
 # that submission run the right chunk (several lines when an index would exceed the site's
 # MaxArraySize). This script submits the job script once per line, with ZOTSINK_BASE=BASE.
 # Inside the resubmitted elements, `zotsink run` skips the tasks that are already ok.
 # Run it after the array has finished (e.g. from a job with --dependency=afterany:JOBID);
-# run it again until it says every task is ok. SUBMIT-OPTIONs go to sbatch/qsub as they are.
+# run it again until it says every task is ok or given up. SUBMIT-OPTIONs go to sbatch/qsub
+# as they are.
 #
 # It refuses (exit 3, submitting nothing) while a job that ran tasks of the ledger (its
 # `job` column), or one named in JOBID, still has elements queued or running: resubmitted
@@ -23,7 +25,7 @@
 #   TASKS      task list                                              [tasks.txt]
 #   RESULTS    the shared table; the ledger is RESULTS.ledger        [results.tsv]
 #   LEDGER     the ledger, when it is not RESULTS.ledger
-#   CHUNK      tasks per array element, as in the job script                [100]
+#   CHUNK      tasks per array element       [the --chunk the ledger records, else 1]
 #   STATES     which states to resubmit (comma list)           [every state but ok]
 #   SCHEDULER  slurm, sge or pbs                                          [slurm]
 #   MAX_ARRAY  the site's MaxArraySize (indices stay below it)   [Slurm: from
@@ -45,7 +47,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TASKS=${TASKS:-tasks.txt}
 RESULTS=${RESULTS:-results.tsv}
 LEDGER=${LEDGER:-$RESULTS.ledger}
-CHUNK=${CHUNK:-100}
+chunk=()
+[ -z "${CHUNK:-}" ] || chunk=(--chunk "$CHUNK")
 SCHEDULER=${SCHEDULER:-slurm}
 read -r -a zotsink <<<"${ZOTSINK:-zotsink}"
 case "$SCHEDULER" in
@@ -114,10 +117,21 @@ if [ "$force" -eq 0 ]; then
     fi
 fi
 
-specs=$("${zotsink[@]}" missing "$TASKS" --ledger "$LEDGER" --chunk "$CHUNK" --array \
+# (missing names the given-up tasks it leaves out on stderr; so does this script, below)
+specs=$("${zotsink[@]}" missing "$TASKS" --ledger "$LEDGER" ${chunk[@]+"${chunk[@]}"} --array \
     --max-array "$MAX_ARRAY" ${states[@]+"${states[@]}"})
+given_up=$("${zotsink[@]}" missing "$TASKS" --ledger "$LEDGER" --state given-up --array \
+    --chunk 1)
+if [ -n "$given_up" ]; then
+    echo "resubmit-run.sh: given up, not resubmitted (they failed --max-attempts times):" \
+        "tasks $given_up; \`${zotsink[*]} status $TASKS --ledger $LEDGER --failed\` shows why" >&2
+fi
 if [ -z "$specs" ]; then
-    echo "resubmit-run.sh: every task of $TASKS is ok in $LEDGER" >&2
+    if [ -n "$given_up" ]; then
+        echo "resubmit-run.sh: nothing to resubmit: every other task of $TASKS is ok in $LEDGER" >&2
+    else
+        echo "resubmit-run.sh: every task of $TASKS is ok in $LEDGER" >&2
+    fi
     exit 0
 fi
 while read -r spec base; do

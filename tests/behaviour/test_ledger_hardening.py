@@ -49,7 +49,7 @@ def test_a_torn_last_row_is_skipped_once_a_run_appends_behind_it(
     code, report, err = status_json(zotsink, tasks, "out.tsv")
     assert code == 0, err
     assert report["total"] == 4 and report["counts"]["ok"] == 4, report
-    assert "torn row" in err and "line 6" in err, err
+    assert "torn row" in err and "line 7" in err, err  # after the header and the run row
     r = zotsink("missing", tasks, "--ledger", ledger)
     assert (r.returncode, r.stdout) == (0, b""), r.stderr
     # A third run skips all four: the torn row named no task it trusts.
@@ -66,7 +66,7 @@ def test_a_row_with_too_many_fields_is_still_an_error(tmp_path: Path, zotsink: R
         f.write(b"\t".join([b"x"] * (len(LEDGER_COLUMNS) + 2)) + b"\n")
     r = zotsink("status", tasks, "out.tsv")
     assert r.returncode == 1
-    assert b"line 6 is not a ledger row" in r.stderr, r.stderr
+    assert b"line 7 is not a ledger row" in r.stderr, r.stderr  # header, run row, 4 rows
     assert b"Traceback" not in r.stderr
 
 

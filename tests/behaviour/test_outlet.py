@@ -173,7 +173,7 @@ def test_a_spilled_log_is_named_with_its_own_recover_line(
     assert r.returncode == 74, err
     assert (tmp_path / "out.txt").read_bytes() == b"rec\n"
     (spill,) = spills(tmp_path, "out.txt.log")
-    assert spill.read_bytes() == b"1\toops\n"
+    assert spill.read_bytes() == b"1.1\toops\n"
     assert (
         f"zotsink: 1 lines meant for out.txt.log are safe in {spill}; "
         "run `zotsink recover out.txt.log` when the cause is fixed"
@@ -181,7 +181,7 @@ def test_a_spilled_log_is_named_with_its_own_recover_line(
     (tmp_path / "out.txt.log").rmdir()
     r = zotsink("recover", "out.txt.log")
     assert r.returncode == 0, r.stderr.decode()
-    assert (tmp_path / "out.txt.log").read_bytes() == b"1\toops\n"
+    assert (tmp_path / "out.txt.log").read_bytes() == b"1.1\toops\n"
 
 
 def test_run_waits_for_a_locked_ledger_no_longer_than_its_timeout(
@@ -254,8 +254,8 @@ def test_run_logs_the_head_of_a_stderr_line_over_the_limit(
     assert r.returncode == 0, r.stderr.decode()
     log = (tmp_path / "out.txt.log").read_bytes()
     assert log == (
-        b"1\t" + b"x" * 1024 + b"\n"
-        b"1\tzotsink: the line above was 20971520 bytes long, cut to 1024; "
+        b"1.1\t" + b"x" * 1024 + b"\n"
+        b"1.1\tzotsink: the line above was 20971520 bytes long, cut to 1024; "
         b"the output ended without a newline\n"
     )
 

@@ -67,14 +67,15 @@ def test_a_ledger_spill_recovered_as_advised_keeps_the_ledger_readable(
     tmp_path: Path, zotsink: Run
 ) -> None:
     tasks = tmp_path / "tasks.txt"
-    tasks.write_text("one\ntwo\n")
-    assert zotsink("run", tasks, "out.tsv", "--index", "1", "--", "echo").returncode == 0
+    tasks.write_text("echo one\ntwo\n")
+    # --shell in every run: a run called otherwise than the first is refused
+    assert zotsink("run", tasks, "out.tsv", "--index", "1", "--shell").returncode == 0
     ledger = tmp_path / "out.tsv.ledger"
     for fifo in ("up", "go"):
         os.mkfifo(tmp_path / fifo)
     # Task 2 says it runs, then waits while this test takes the ledger's lock: its end row
     # cannot be written within --timeout and goes to a spill file of the ledger.
-    tasks.write_text("one\necho up > up; read x < go; echo two\n")
+    tasks.write_text("echo one\necho up > up; read x < go; echo two\n")
     argv = ["run", tasks, "out.tsv", "--index", "2", "--shell", "--timeout", "1"]
     run = subprocess.Popen(
         [sys.executable, "-m", "zotsink", *argv],

@@ -116,10 +116,11 @@ def test_eight_runs_keep_out_log_and_ledger_whole(
     assert set(lines) == {f"item{t} out {k}" for t in range(1, 65) for k in range(1, 1001)}
     log = (tmp_path / "out.txt.log").read_text().splitlines()
     assert len(log) == len(set(log)) == 64 * 100
-    assert set(log) == {f"{t}\titem{t} err {k}" for t in range(1, 65) for k in range(1, 101)}
+    assert set(log) == {f"{t}.1\titem{t} err {k}" for t in range(1, 65) for k in range(1, 101)}
     rows = ledger_rows(tmp_path / "out.txt.ledger")
     events = collections.Counter((r["event"], int(r["tasknum"])) for r in rows)
-    assert events == {(e, t): 1 for e in ("start", "end") for t in range(1, 65)}
+    # and the run's settings, recorded once: the runs after the first found them on record
+    assert events == {("run", 0): 1, **{(e, t): 1 for e in ("start", "end") for t in range(1, 65)}}
     per_task = collections.Counter(line.split(" ")[0] for line in lines)
     for r in rows:
         if r["event"] == "end":
@@ -148,7 +149,7 @@ def test_failed_task_is_recorded_and_only_it_runs_again(tmp_path: Path, zotsink:
     rows = ledger_rows(tmp_path / "out.tsv.ledger")
     end4 = [r for r in rows if r["event"] == "end" and r["tasknum"] == "4"]
     assert [(e["status"], e["exit"]) for e in end4] == [("failed", "3")]
-    assert "4\titem4 went wrong" in (tmp_path / "out.tsv.log").read_text().splitlines()
+    assert "4.1\titem4 went wrong" in (tmp_path / "out.tsv.log").read_text().splitlines()
 
     st = zotsink("status", tasks, "out.tsv")
     assert st.returncode == 1

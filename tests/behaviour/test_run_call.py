@@ -181,7 +181,7 @@ def test_prints_go_to_the_log_under_the_task_number_not_to_out(job: Path) -> Non
     assert r.returncode == 0, r.stderr.decode()
     assert sorted((job / "out.tsv").read_bytes().splitlines()) == [b"item", b"p", b"q"]
     log = (job / "out.tsv.log").read_text().splitlines()
-    for num, line in (("1", "p"), ("2", "q")):
+    for num, line in (("1.1", "p"), ("2.1", "q")):  # TASKNUM.ATTEMPT
         mine = [x.split("\t", 1)[1] for x in log if x.split("\t", 1)[0] == num]
         assert sorted(mine) == sorted(
             [f"out says {line}", f"err says {line}", f"no newline {line}"]
@@ -198,7 +198,7 @@ def test_an_exception_fails_the_task_with_its_traceback_in_the_log(job: Path) ->
     assert "ValueError: cannot measure bad" in rows["bad"][0]["note"]
     assert rows["good"][0]["status"] == rows["fine"][0]["status"] == "ok"
     log = [x.split("\t", 1) for x in (job / "out.tsv.log").read_text().splitlines()]
-    mine = [text for num, text in log if num == "2"]
+    mine = [text for num, text in log if num == "2.1"]
     assert mine[0] == "before the error"
     assert mine[1] == "Traceback (most recent call last):"
     assert mine[-1] == "ValueError: cannot measure bad"
@@ -552,7 +552,7 @@ def test_lines_over_the_limit_are_refused_or_cut_never_held_whole_in_the_log(job
     assert rejects.startswith(b"task 1 line 1: line of 20971520 bytes is over the 16777216-byte")
     assert len(rejects) < (20 << 20) + 200  # the line itself, once
     log = (job / "out.tsv.log").read_bytes().splitlines()
-    assert [len(x) for x in log] == [2 + 1024, len(log[1])]
+    assert [len(x) for x in log] == [len("2.1\t") + 1024, len(log[1])]
     assert log[1].endswith(b"zotsink: the line above was 20971532 bytes long, cut to 1024")
 
 

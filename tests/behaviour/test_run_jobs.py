@@ -236,7 +236,7 @@ def test_a_failing_task_stderr_lands_in_one_shared_log(
     # the message of the failed task, line by line behind its task number: the same layout
     # in both families (`zotsink run`'s log)
     log = (tsv_job_dir / "results.tsv.log").read_bytes()
-    assert log == b"3\tcorrupt image f03\n3\tat\tbyte 7\n"
+    assert log == b"3.1\tcorrupt image f03\n3.1\tat\tbyte 7\n"
     # one table, one log (and the run family's ledger): no file per task, no FIFO left over
     extra = {"results.tsv.ledger"} if family.startswith("run") else set()
     assert set(os.listdir(tsv_job_dir)) == {
@@ -315,7 +315,7 @@ def test_array_template_stopped_by_a_signal_keeps_rows_and_log(
             shell.wait()
     rows = (tsv_job_dir / "results.tsv").read_text().splitlines()
     assert rows == ["task\titem\ti", *(f"2\tf{{}}&02\t{i}" for i in range(500))]
-    assert (tsv_job_dir / "results.tsv.log").read_text() == "2\tworking on f{}&02\n"
+    assert (tsv_job_dir / "results.tsv.log").read_text() == "2.1\tworking on f{}&02\n"
     assert os.listdir(tsv_job_dir.parent / "tmp") == []
 
 
@@ -324,7 +324,7 @@ def test_array_template_says_in_the_log_when_its_line_is_missing(
 ) -> None:
     r = run_family("array.sbatch", 7, tsv_job_dir, child_env)
     assert r.returncode == 1
-    assert (tsv_job_dir / "results.tsv.log").read_text() == "7\tno task on line 7 of tasks.txt\n"
+    assert (tsv_job_dir / "results.tsv.log").read_text() == "7.1\tno task on line 7 of tasks.txt\n"
     assert not (tsv_job_dir / "results.tsv").exists()
 
 

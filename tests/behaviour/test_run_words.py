@@ -43,7 +43,7 @@ def test_a_command_that_cannot_start_is_named_and_the_run_stops_early(
     assert [row["tasknum"] for row in ends] == ["1", "2", "3"]  # not all ten, one by one
     assert all(row["note"] == "cannot start 'pyhton3': No such file or directory" for row in ends)
     log = (tmp_path / "out.txt.log").read_text()
-    assert "1\tzotsink: cannot start 'pyhton3': No such file or directory\n" in log
+    assert "1.1\tzotsink: cannot start 'pyhton3': No such file or directory\n" in log
 
 
 def test_an_index_past_the_task_list_is_refused(tmp_path: Path, zotsink: Run) -> None:

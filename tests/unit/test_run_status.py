@@ -51,7 +51,8 @@ def test_counts_rate_eta_and_slowest(tmp_path: Path) -> None:
     assert r.rate == pytest.approx(2 / 10)
     assert r.eta is None  # nothing runs: a rate says nothing of when the rest is done
     assert r.slowest == [(2, 9.5, "b"), (1, 2.0, "a")]
-    assert not r.all_ok and not r.settled
+    # settled: nothing runs, and no run or job is left that could start the 2 never run
+    assert not r.all_ok and r.settled and not r.waiting
     d = r.to_dict()
     assert d["not_ok"] == "3-5" and d["rate_per_hour"] == 720.0
     assert status_lines(r)[0] == "5 tasks: 2 ok, 1 failed, 2 never"
@@ -82,6 +83,7 @@ def test_no_ledger_yet_means_never(tmp_path: Path) -> None:
 
 
 def test_states_option() -> None:
+    # given-up is not asked for by default: those tasks are not to run again
     assert parse_states(None) == {
         "failed", "killed", "timeout", "interrupted", "running", "lost", "never",
     }  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-__all__ = ["PROC_START", "job_alive", "proc_start", "process_alive", "run_alive"]
+__all__ = ["PROC_START", "forget_jobs", "job_alive", "proc_start", "process_alive", "run_alive"]
 
 
 #: The note of a start row: the run process's start time (clock ticks after boot, from
@@ -68,6 +68,12 @@ def job_alive(job: str) -> bool | None:
     if job not in _job_answers:
         _job_answers[job] = _ask_scheduler(job)
     return _job_answers[job]
+
+
+def forget_jobs() -> None:
+    """Ask the scheduler afresh from now on: a ``status --watch`` outlives the jobs it
+    asked about, and must see them end."""
+    _job_answers.clear()
 
 
 def _ask_scheduler(job: str) -> bool | None:

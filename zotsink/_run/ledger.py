@@ -6,6 +6,11 @@ state is its latest row whose ``key`` is the task's line today: a row written fo
 line (the task list was edited since) says nothing about this one. A ``start`` with no
 ``end`` is ``running`` while the ``run`` process that wrote it lives, and ``lost`` once it is
 known dead (same host, process gone); a task with no row is ``never``.
+
+A ``run`` row (task number 0, no key) records how a run was called: its settings, a JSON
+object of text values in ``note`` (see :data:`COMPARED_SETTINGS`). The latest one counts; it is
+written with a run's first claim when the ledger has none, or when its settings changed.
+Readers of task rows never see it: no task has the number 0.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from ..errors import InputError, UsageError, ZotsinkWarning
 from .alive import PROC_START, proc_start, run_alive
 
 __all__ = [
+    "COMPARED_SETTINGS",
     "END_STATES",
+    "FAILING",
     "LATER_COLUMNS",
     "LEDGER_COLUMNS",
     "STATES",
@@ -44,8 +51,13 @@ __all__ = [
     "LedgerTally",
     "TaskState",
     "claims",
+    "given_up",
+    "read_begin",
     "read_ledger",
     "read_states",
+    "recorded_max_attempts",
+    "settings_conflict",
+    "settings_message",
     "start_alive",
     "states_of",
 ]
@@ -76,8 +88,23 @@ LEDGER_COLUMNS: Final = (
 LATER_COLUMNS: Final = ("out_offset", "out_header")
 #: ``status`` values of ``end`` rows.
 END_STATES: Final = ("ok", "failed", "killed", "timeout", "interrupted")
-#: Every state a task can be in, in the order reports list them.
-STATES: Final = (*END_STATES, "running", "lost", "never")
+#: End statuses that count towards ``max_attempts`` (``interrupted`` does not: a walltime
+#: warning or a cancel says nothing of the task).
+FAILING: Final = ("failed", "killed", "timeout")
+#: Every state a task can be in, in the order reports list them. ``given-up``: its latest
+#: attempt failed, and its failed attempts reached the run's ``max_attempts``.
+STATES: Final = (*END_STATES, "given-up", "running", "lost", "never")
+#: The ``event`` of the row that records a run's settings, and its task number.
+RUN_EVENT: Final = "run"
+RUN_TASKNUM: Final = 0
+#: Settings a resubmission must share with the recorded ones (a key missing on one side
+#: counts as ""). ``chunk`` is compared only when both runs had an array index (a run
+#: without one runs every task, whatever its chunk). Other recorded settings may change
+#: from run to run: ``tasks``, ``max_attempts``, and ``base``, which only names the indices
+#: of the same chunks (the parts of a resubmission split under the site's MaxArraySize each
+#: run under a base of their own); the first recorded base stays on record.
+COMPARED_SETTINGS: Final = ("chunk", "format", "columns", "kv", "stamp", "command", "call")
+_ARRAY_SETTINGS: Final = ("chunk",)
 
 
 class LedgerRow(NamedTuple):
@@ -120,6 +147,41 @@ class TaskState(NamedTuple):
     state: str
     starts: int
     last: LedgerRow | None
+    failures: int = 0  # attempts that ended failed, killed or timeout (see FAILING)
+
+
+def given_up(state: TaskState, max_attempts: int | None) -> bool:
+    """Whether a task is given up: its latest attempt failed, and ``max_attempts`` of its
+    attempts did (``interrupted`` ones do not count)."""
+    if state.state == "given-up":
+        return True
+    return max_attempts is not None and state.state in FAILING and state.failures >= max_attempts
+
+
+def settings_conflict(
+    recorded: Mapping[str, str], new: Mapping[str, str]
+) -> tuple[str, str, str] | None:
+    """The first setting of :data:`COMPARED_SETTINGS` that differs: (name, recorded, new)."""
+    for name in COMPARED_SETTINGS:
+        if name in _ARRAY_SETTINGS and not (recorded.get(name) and new.get(name)):
+            continue
+        old, now = recorded.get(name, ""), new.get(name, "")
+        if old != now:
+            return name, old, now
+    return None
+
+
+def _settings_of(note: str) -> dict[str, str] | None:
+    """The settings a ``run`` row's note holds; None when it holds none (damaged)."""
+    import json  # here: cat and verify read the ledger without settings, and skip it
+
+    try:
+        value = json.loads(note)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {str(k): str(v) for k, v in value.items()}
 
 
 class Ledger:
@@ -163,6 +225,13 @@ class Ledger:
         self._picked: list[tuple[Claimable, int]] = []
         self._dropped: list[Claimable] = []
         self._claimed_bytes = 0
+        # This run's settings, the row that records them when the ledger's differ or are
+        # none (written with the first claim), and the tasks given up under the lock.
+        self._settings: Mapping[str, str] | None = None
+        self._settings_row = b""
+        self._conflict: str | None = None
+        self.max_attempts: int | None = None
+        self.given_up: set[int] = set()
         job, array_task, host = stamp_values(("job", "task", "host"), env)
         self._fixed = (job, array_task, host, str(os.getpid()))
         started = proc_start(os.getpid())
@@ -174,8 +243,15 @@ class Ledger:
     def end_row(self, tasknum: int, key: str, attempt: int, **fields: Any) -> bytes:
         return self._row("end", tasknum, key, attempt, fields)
 
+    def settings_row(self, settings: Mapping[str, str]) -> bytes:
+        """The ``run`` row that records ``settings`` (see :data:`COMPARED_SETTINGS`)."""
+        import json  # see _settings_of
+
+        note = json.dumps(dict(settings), ensure_ascii=False, sort_keys=True)
+        return self._row(RUN_EVENT, RUN_TASKNUM, "", "", {"note": note})
+
     def _row(
-        self, event: str, tasknum: int, key: str, attempt: int, fields: Mapping[str, Any]
+        self, event: str, tasknum: int, key: str, attempt: int | str, fields: Mapping[str, Any]
     ) -> bytes:
         job, array_task, host, pid = self._fixed
         values = [event, utc_now(), tasknum, key, attempt, job, array_task, host, pid]
@@ -199,10 +275,29 @@ class Ledger:
             self.outlet.write_or_raise(b"".join(rows))
 
     def begin(
-        self, keys: Mapping[int, str], states: Mapping[int, TaskState], seen: int, *, rerun: bool
+        self,
+        keys: Mapping[int, str],
+        states: Mapping[int, TaskState],
+        seen: int,
+        *,
+        rerun: bool,
+        settings: Mapping[str, str] | None = None,
+        recorded: Mapping[str, str] | None = None,
+        max_attempts: int | None = None,
     ) -> None:
         """What this run found in the ledger's snapshot (``seen`` bytes of it) for its tasks
-        (number -> line): the start of what :meth:`claim` keeps up to date."""
+        (number -> line): the start of what :meth:`claim` keeps up to date.
+
+        ``settings``: how this run was called, recorded with the first claim unless
+        ``recorded`` (the ledger's latest) says the same; a run row of other settings that
+        another run writes meanwhile makes the claim raise :class:`UsageError`. Tasks whose
+        failed attempts reached ``max_attempts`` are not claimed (see :func:`given_up`).
+        """
+        self._settings = settings
+        self._settings_row = b""
+        if settings is not None and dict(recorded or {}) != dict(settings):
+            self._settings_row = self.settings_row(settings)
+        self.max_attempts = max_attempts
         self._keys = keys
         self._states = dict(states)
         self._seen = seen
@@ -231,6 +326,12 @@ class Ledger:
             raise
         finally:
             self._want = None
+        if self._conflict is not None:
+            raise UsageError(self._conflict, path=self.path)
+        self._settings_row = b""  # on disk now: recorded once
+        # This run began under its settings: another run that records others from now on
+        # (--new-settings) does not stop it halfway.
+        self._settings = None
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
         self._seen = self.writer.last_at + self._claimed_bytes
@@ -242,11 +343,20 @@ class Ledger:
             return data
         queue, want = self._want
         self._read_news(fd, st.st_size)
+        # this run's own end rows, about to be written: its failures count too
+        for lines, _whole in line_blocks((data,)):
+            self._fold(lines, news=False)
+        if self._conflict is not None:
+            return data  # another run recorded other settings: nothing is claimed
         here = os.uname().nodename
-        starts: list[bytes] = []
+        starts: list[bytes] = [self._settings_row] if self._settings_row else []
         while queue and len(self._picked) < want:
             task = queue.popleft()
             state = self._states.get(task.num)
+            if state is not None and given_up(state, self.max_attempts):
+                self.given_up.add(task.num)
+                self._dropped.append(task)  # failed max_attempts times: not again
+                continue
             if state is not None and (
                 (state.state == "ok" and task.num not in self._rerun)
                 or (
@@ -259,8 +369,9 @@ class Ledger:
                 continue
             self._rerun.discard(task.num)  # run again once, not once per retry
             starts_so_far = state.starts if state is not None else 0
+            failures = state.failures if state is not None else 0
             attempt = starts_so_far + 1
-            self._states[task.num] = TaskState(task.num, "running", attempt, None)
+            self._states[task.num] = TaskState(task.num, "running", attempt, None, failures)
             self._picked.append((task, attempt))
             starts.append(self.start_row(task.num, task.line, attempt))
         rows = data + b"".join(starts)
@@ -275,11 +386,19 @@ class Ledger:
         for lines, whole in line_blocks(pread_chunks(fd, size, 1 << 20, start=self._seen)):
             if whole:  # a last piece without its newline is a torn row: not a row
                 rows += lines
+        self._fold(rows, news=True)
+
+    def _fold(self, rows: Iterable[bytes], *, news: bool) -> None:
+        """Fold ledger rows into the states of this run's tasks; with ``news`` (rows other
+        runs wrote) a ``run`` row of settings other than this run's is a conflict."""
         here = os.uname().nodename
         for line in rows:
             if not line or line.startswith(b"event\t"):
                 continue
             num = _tasknum(line)
+            if num == RUN_TASKNUM and news and line.startswith(RUN_EVENT.encode() + b"\t"):
+                self._check_news_settings(line)
+                continue
             key = self._keys.get(num)
             if key is None:
                 continue
@@ -289,11 +408,28 @@ class Ledger:
             full = LedgerRow(row[0], row[1], num, *row[3 : len(LEDGER_COLUMNS)])
             old = self._states.get(num)
             starts = (old.starts if old is not None else 0) + (full.event == "start")
+            failures = old.failures if old is not None else 0
             if full.event == "start":
                 state = "lost" if start_alive(full, here) is False else "running"
             else:
                 state = full.status if full.status in END_STATES else "failed"
-            self._states[num] = TaskState(num, state, starts, full)
+                failures += state in FAILING
+            self._states[num] = TaskState(num, state, starts, full, failures)
+
+    def _check_news_settings(self, line: bytes) -> None:
+        if self._settings is None:
+            return
+        row = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
+        if len(row) < len(LEDGER_COLUMNS):
+            return
+        recorded = _settings_of(row[LEDGER_COLUMNS.index("note")])
+        if recorded is None:
+            return
+        differ = settings_conflict(recorded, self._settings)
+        if differ is not None:
+            self._conflict = settings_message(self.path, *differ)
+        elif self._settings_row and recorded == dict(self._settings):
+            self._settings_row = b""  # another run recorded the same: once is enough
 
     def outcome(self) -> Outcome:
         return self.outlet.outcome()
@@ -320,7 +456,8 @@ def read_ledger(
     scan = LedgerScan(path, lock=lock, timeout=timeout)
     try:
         for lineno, _at, line in scan.lines(tasknums):
-            yield scan.row(lineno, line)
+            if _tasknum(line) != RUN_TASKNUM:  # settings: read_begin and LedgerTally
+                yield scan.row(lineno, line)
     finally:
         scan.close()
 
@@ -335,12 +472,71 @@ def read_states(
 ) -> tuple[dict[int, TaskState], int]:
     """The state of each task in ``keys`` (number -> line) from a snapshot of the ledger,
     and the snapshot's size (where :meth:`Ledger.begin` starts looking for news)."""
+    states, size, _settings = read_begin(path, keys, lock=lock, timeout=timeout, stopper=stopper)
+    return states, size
+
+
+def read_begin(
+    path: str | os.PathLike[str],
+    keys: Mapping[int, str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
+) -> tuple[dict[int, TaskState], int, dict[str, str] | None]:
+    """:func:`read_states`, and the settings the ledger's latest ``run`` row records (None:
+    no run recorded any), from the same snapshot: what a run begins with."""
     scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
+    settings: dict[str, str] | None = None
     try:
-        rows = (scan.row(n, line) for n, _at, line in scan.lines(keys))
-        return states_of(keys, rows), scan.size
+        rows: list[LedgerRow] = []
+        # the run rows' number joins the search: an array element still reads only its
+        # chunk's rows
+        for n, _at, line in scan.lines(_AndRunRows(keys)):
+            row = scan.row(n, line)
+            if row.tasknum != RUN_TASKNUM:
+                rows.append(row)
+            elif row.event == RUN_EVENT:
+                settings = _settings_of(row.note) or settings
+        return states_of(keys, rows), scan.size, settings
     finally:
         scan.close()
+
+
+class _AndRunRows(Collection[int]):
+    """Task numbers and the run rows' 0, without a copy of a million numbers."""
+
+    def __init__(self, keys: Collection[int]) -> None:
+        self._keys = keys
+
+    def __contains__(self, num: object) -> bool:
+        return num == RUN_TASKNUM or num in self._keys
+
+    def __iter__(self) -> Iterator[int]:
+        yield RUN_TASKNUM
+        yield from self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys) + 1
+
+
+def recorded_max_attempts(settings: Mapping[str, str] | None) -> int | None:
+    """The ``max_attempts`` recorded settings give (None: no limit)."""
+    value = (settings or {}).get("max_attempts", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def settings_message(path: str, name: str, old: str, new: str) -> str:
+    """Why a run whose setting ``name`` differs from the ledger's is refused, and the ways on."""
+    how = {"command": "the command", "call": "--call", "format": "--format (or OUT's name)"}
+    option = how.get(name, f"--{name}")
+    return (
+        f"the ledger {path} records {name} {old or '(none)'!r} for this run's tasks, and "
+        f"this run has {new or '(none)'!r}: a resubmission must be called as the run was. "
+        f"Run with the recorded {option} (`zotsink status TASKS --ledger {path} --json` "
+        "shows every recorded setting), or give a new OUT or --ledger for a new run, or add "
+        "--new-settings to record this run's settings and go on with the tasks not ok yet"
+    )
 
 
 #: A search per block instead of a look at every row, up to this many task numbers.
@@ -632,17 +828,25 @@ def _start_state(row: LedgerRow, here: str) -> str:
 
 
 def states_of(
-    keys: Mapping[int, str], rows: Iterable[LedgerRow], *, host: str | None = None
+    keys: Mapping[int, str],
+    rows: Iterable[LedgerRow],
+    *,
+    host: str | None = None,
+    max_attempts: int | None = None,
 ) -> dict[int, TaskState]:
-    """The state of each task in ``keys`` (task number -> line) from the ledger ``rows``."""
+    """The state of each task in ``keys`` (task number -> line) from the ledger ``rows``;
+    with ``max_attempts``, ``given-up`` for the tasks :func:`given_up` says so of."""
     last: dict[int, LedgerRow] = {}
     starts: dict[int, int] = {}
+    failures: dict[int, int] = {}
     for row in rows:
         if keys.get(row.tasknum) != row.key:
             continue  # another line had this number once: not this task's history
         last[row.tasknum] = row
         if row.event == "start":
             starts[row.tasknum] = starts.get(row.tasknum, 0) + 1
+        elif row.status in FAILING or row.status not in END_STATES:
+            failures[row.tasknum] = failures.get(row.tasknum, 0) + 1
     here = os.uname().nodename if host is None else host
     out: dict[int, TaskState] = {}
     for num in keys:
@@ -653,14 +857,19 @@ def states_of(
             state = _start_state(row, here)
         else:
             state = row.status if row.status in END_STATES else "failed"
-        out[num] = TaskState(num, state, starts.get(num, 0), row)
+        st = TaskState(num, state, starts.get(num, 0), row, failures.get(num, 0))
+        if given_up(st, max_attempts):
+            st = st._replace(state="given-up")
+        out[num] = st
     return out
 
 
 #: A tally's state codes: an index into this tuple ("start" only while reading).
-_CODES: Final = ("never", "start", *END_STATES, "running", "lost")
+_CODES: Final = ("never", "start", *END_STATES, "running", "lost", "given-up")
 _END_CODE: Final = {name.encode(): _CODES.index(name) for name in END_STATES}
 _FAILED: Final = _CODES.index("failed")
+_FAILING_CODES: Final = frozenset(_CODES.index(name) for name in FAILING)
+_GIVEN_UP: Final = _CODES.index("given-up")
 _START: Final = _CODES.index("start")
 #: Length of a ledger time (``2026-11-24T10:00:00.000000Z``): only such times make a rate.
 _TIME_LEN: Final = 27
@@ -674,6 +883,8 @@ class LedgerTally(Mapping[int, TaskState]):
     state's ``last`` row is read again from the ledger's snapshot when it is asked for.
     :meth:`state` is the cheap question. The time of the first and the last row of these
     tasks, the rate's span, are compared as text (ledger times all have one form).
+    ``settings`` are the latest ``run`` row's (None: none recorded); a task is ``given-up``
+    by their ``max_attempts`` unless ``max_attempts`` is given.
     """
 
     def __init__(
@@ -684,11 +895,15 @@ class LedgerTally(Mapping[int, TaskState]):
         host: str | None = None,
         lock: str = "auto",
         timeout: float = 600.0,
+        max_attempts: int | None = None,
     ) -> None:
         self._keys = keys
         size = max(keys, default=0) + 1
         code = bytearray(size)
         starts = array("I", bytes(4 * size))
+        failures = array("I", bytes(4 * size))
+        run_at = -1  # the latest run row
+        jobs: set[bytes] = set()  # the scheduler's jobs that started these tasks
         at = array("q", [-1]) * size
         seconds = array("d", [math.nan]) * size
         first = last = b""
@@ -703,6 +918,8 @@ class LedgerTally(Mapping[int, TaskState]):
                     raise
                 want = keys.get(n)
                 if want is None:
+                    if n == RUN_TASKNUM and event == RUN_EVENT.encode():
+                        run_at = offset
                     continue
                 text = key.decode("utf-8", "surrogateescape")
                 if (unescape_tsv(text) if b"\\" in key else text) != want:
@@ -714,6 +931,7 @@ class LedgerTally(Mapping[int, TaskState]):
                         last = time
                 at[n] = offset
                 if event == b"start":
+                    jobs.add(rest.split(b"\t", 2)[1])
                     starts[n] += 1
                     code[n] = _START
                     seconds[n] = math.nan
@@ -721,21 +939,35 @@ class LedgerTally(Mapping[int, TaskState]):
                 # attempt job array_task host pid status exit signal seconds ...
                 fields = rest.split(b"\t", 9)
                 code[n] = _END_CODE.get(fields[5], _FAILED)
+                if code[n] in _FAILING_CODES:
+                    failures[n] += 1
                 try:
                     seconds[n] = float(fields[8])
                 except ValueError:
                     seconds[n] = math.nan
+            self.settings = _settings_of(scan.row_at(run_at).note) if run_at >= 0 else None
+            if max_attempts is None:
+                max_attempts = recorded_max_attempts(self.settings)
+            self.max_attempts = max_attempts
             here = os.uname().nodename if host is None else host
             for n in keys:
                 if code[n] == _START:
                     state = _start_state(scan.row_at(at[n]), here)
                     code[n] = _CODES.index(state)
+                elif (
+                    max_attempts is not None
+                    and code[n] in _FAILING_CODES
+                    and failures[n] >= max_attempts
+                ):
+                    code[n] = _GIVEN_UP
         except BaseException:
             scan.close()
             raise
         self._scan = scan
         weakref.finalize(self, scan.close)
         self._code, self._starts, self._at, self._seconds = code, starts, at, seconds
+        self._failures = failures
+        self.jobs = sorted(j.decode("utf-8", "surrogateescape") for j in jobs if j)
         self.first_time = first.decode() or None
         self.last_time = last.decode() or None
 
@@ -766,7 +998,7 @@ class LedgerTally(Mapping[int, TaskState]):
             raise KeyError(num)
         at = self._at[num]
         row = self._scan.row_at(at) if at >= 0 else None
-        return TaskState(num, _CODES[self._code[num]], self._starts[num], row)
+        return TaskState(num, _CODES[self._code[num]], self._starts[num], row, self._failures[num])
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._keys)

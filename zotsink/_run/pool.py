@@ -40,6 +40,7 @@ from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import Stopper
 from ..errors import RecordError, ZotsinkError
 from .ledger import Ledger
+from .logline import log_line
 from .tasks import Task, task_argv
 from .worker import LINES, Worker
 
@@ -394,7 +395,7 @@ class Pool:
             argv = task_argv(self.how.command, task.line, self.how.shell)
             why = f"cannot start {argv[0]!r}: {e.strerror or e}"
             proc.notes.append(why)
-            self._log(task.num, f"zotsink: {why}".encode())
+            self._log(task.num, attempt, f"zotsink: {why}".encode())
             proc.exited_at = time.monotonic()
             if not self.started_ok:
                 self.start_failures += 1
@@ -469,14 +470,15 @@ class Pool:
         """A worker's prints, a line at a time, into the log under its task's number; a line
         over the limit is never held whole: its head is logged, the rest counted."""
         proc = self.worker_task.get(worker)
-        num = proc.task.num if proc is not None else 0
+        # before any task (the module loading): task 0, the run's own lines
+        num, attempt = (proc.task.num, proc.attempt) if proc is not None else (0, 0)
         cut = self.worker_cut.pop(worker, None)
         if cut is not None:  # the rest of a line over the limit, up to its newline
             nl = data.find(b"\n")
             if nl < 0 and not last:
                 self.worker_cut[worker] = cut + len(data)
                 return
-            self._cut_note(num, cut + (len(data) if nl < 0 else nl))
+            self._cut_note(num, attempt, cut + (len(data) if nl < 0 else nl))
             data = b"" if nl < 0 else data[nl + 1 :]
         pending = self.worker_prints[worker]
         pending += data
@@ -485,7 +487,7 @@ class Pool:
         nl = pending.rfind(b"\n")
         if nl < 0:
             if len(pending) > MAX_LINE:
-                self._log(num, bytes(pending[:_LOG_HEAD]))
+                self._log(num, attempt, bytes(pending[:_LOG_HEAD]))
                 self.worker_cut[worker] = len(pending)
                 pending.clear()
             return
@@ -493,14 +495,14 @@ class Pool:
         del pending[: nl + 1]
         for line in lines:
             if len(line) > MAX_LINE:
-                self._log(num, line[:_LOG_HEAD])
-                self._cut_note(num, len(line))
+                self._log(num, attempt, line[:_LOG_HEAD])
+                self._cut_note(num, attempt, len(line))
             else:
-                self._log(num, line)
+                self._log(num, attempt, line)
 
-    def _cut_note(self, num: int, size: int, how: str = "") -> None:
+    def _cut_note(self, num: int, attempt: int, size: int, how: str = "") -> None:
         note = f"zotsink: the line above was {size} bytes long, cut to {_LOG_HEAD}{how}"
-        self._log(num, note.encode())
+        self._log(num, attempt, note.encode())
 
     def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
         """A function's call ended: its prints first (sent before its result), then its
@@ -517,7 +519,7 @@ class Pool:
         else:
             _, text, code = frame
             for line in text.splitlines():
-                self._log(proc.task.num, line.encode("utf-8", "surrogateescape"))
+                self._log(proc.task.num, proc.attempt, line.encode("utf-8", "surrogateescape"))
             proc.code = code
             last = text.strip().splitlines()[-1:] if text.strip() else [f"exit {code}"]
             proc.notes.append(f"the function raised: {last[0][:200]}")
@@ -564,7 +566,7 @@ class Pool:
                 f"fix it and run again (the traceback is in {self.log.writer.path})"
             )
             for line in text.splitlines():  # under task number 0: the run's own lines
-                self._log(0, line.encode("utf-8", "surrogateescape"))
+                self._log(0, 0, line.encode("utf-8", "surrogateescape"))
             self.queue.clear()
 
     def _worker_gone(self, worker: Worker) -> None:
@@ -644,7 +646,7 @@ class Pool:
         else:
             # stderr is for a person: its head is logged, the rest counted and cut
             proc.longs[fd] = len(head)
-            self._log(proc.task.num, bytes(head[:_LOG_HEAD]))
+            self._log(proc.task.num, proc.attempt, bytes(head[:_LOG_HEAD]))
             return
         self._long_add(proc, fd, head)
 
@@ -662,12 +664,12 @@ class Pool:
             self.out.reject_long(long, f"over the {MAX_LINE}-byte line limit{how}")
             proc.notes.append(f"a line over the limit refused, see {self.out.rejects_file}")
         else:
-            self._cut_note(proc.task.num, long, how)
+            self._cut_note(proc.task.num, proc.attempt, long, how)
 
     def _lines(self, proc: _Proc, fd: int, block: bytes) -> None:
         if fd == proc.err_fd:
             for line in block[:-1].split(b"\n"):
-                self._log(proc.task.num, line)
+                self._log(proc.task.num, proc.attempt, line)
             return
         self._records(proc, block)
 
@@ -684,8 +686,8 @@ class Pool:
         proc.records += n
         proc.held.add(data, n)
 
-    def _log(self, num: int, line: bytes) -> None:
-        self.log.add(b"%d\t%s\n" % (num, line.replace(b"\0", b"\\0")), 1)
+    def _log(self, num: int, attempt: int, line: bytes) -> None:
+        self.log.add(log_line(num, attempt, line), 1)  # the one writer of the log's format
 
     def _close(self, proc: _Proc, fd: int) -> None:
         self.poller.unregister(fd)

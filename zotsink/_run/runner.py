@@ -21,12 +21,22 @@ from .._core.sidefiles import side_mode
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import UsageError
-from .ledger import Ledger, TaskState, read_ledger, read_states, states_of
+from .ledger import (
+    Ledger,
+    TaskState,
+    given_up,
+    read_begin,
+    read_ledger,
+    recorded_max_attempts,
+    settings_conflict,
+    settings_message,
+    states_of,
+)
 from .pool import Pool, Progress, Tasking
 from .tasks import chunk_range, read_tasks, scheduler_index
 from .worker import call_spec, function_spec
 
-__all__ = ["RunReport", "run_tasks", "task_states"]
+__all__ = ["RunReport", "run_settings", "run_tasks", "task_states"]
 
 
 class RunReport(NamedTuple):
@@ -48,6 +58,8 @@ class RunReport(NamedTuple):
     outcomes: tuple[Outcome, ...] = ()  # OUT's, the log's and the ledger's
     elsewhere: int = 0  # tasks not started: another run finished or is running them
     halted: str | None = None  # why run stopped starting tasks early (a command that cannot start)
+    given_up: int = 0  # tasks not started: they failed max_attempts times
+    max_attempts: int | None = None  # the limit that applied (given, else recorded)
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -77,6 +89,41 @@ def _check_run_options(retries: int, grace: float, task_timeout: float | None) -
     check_seconds("grace", grace, MAX_TIMEOUT)
     if task_timeout is not None and check_seconds("task_timeout", task_timeout, MAX_TIMEOUT) == 0:
         raise UsageError("task_timeout (--task-timeout) must be more than 0 seconds, not 0")
+
+
+def run_settings(
+    tasks: str | os.PathLike[str],
+    command: Sequence[str],
+    *,
+    shell: bool,
+    array: bool,
+    chunk: int,
+    base: int,
+    format: str,
+    columns: Sequence[str] | None,
+    kv: str | None,
+    stamp: Sequence[str],
+    max_attempts: int | None,
+    call: str | None = None,
+) -> dict[str, str]:
+    """How a run was called, as the ledger records it (text values, keys as in
+    :data:`~zotsink._run.ledger.COMPARED_SETTINGS`); a caller may add keys of its own."""
+    import shlex
+
+    settings = {
+        "tasks": os.fspath(tasks),
+        "format": format,
+        "columns": ",".join(columns or ()),
+        "kv": kv or "",
+        "stamp": ",".join(stamp),
+        "command": "--shell" if shell else shlex.join(command),
+        "max_attempts": "" if max_attempts is None else str(max_attempts),
+    }
+    if call is not None:  # a function per task: its spec is the command
+        settings.update(command="", call=call)
+    if array:  # without an index every task runs: chunk and base do not apply
+        settings.update(chunk=str(chunk), base=str(base))
+    return settings
 
 
 def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
@@ -110,6 +157,8 @@ def run_tasks(
     retries: int = 0,
     task_timeout: float | None = None,
     grace: float = 30.0,
+    max_attempts: int | None = None,
+    new_settings: bool = False,
     ledger: str | os.PathLike[str] | None = None,
     log: str | os.PathLike[str] | None = None,
     format: str | None = None,
@@ -140,6 +189,11 @@ def run_tasks(
     or of the script being run.
 
     ``progress`` is called about twice a second with a :class:`Progress`.
+
+    The ledger records the settings (:func:`run_settings`); a run whose settings differ
+    from the recorded ones raises :class:`UsageError` before any task starts, unless
+    ``new_settings``. ``max_attempts`` (else the recorded one): a task whose failed, killed
+    or timed-out attempts reached it is ``given-up`` and not started again.
     """
     env = dict(os.environ if env is None else env)
     out = os.fspath(out)
@@ -172,6 +226,12 @@ def run_tasks(
         flush_interval=flush_interval,
     )
     _check_run_options(retries, grace, task_timeout)
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise UsageError(
+            f"max_attempts (--max-attempts) must be a whole number >= 1, not {max_attempts!r}"
+        )
     njobs = _jobs(jobs, env)
     ledger_path = os.fspath(ledger) if ledger is not None else out + ".ledger"
     log_path = os.fspath(log) if log is not None else out + ".log"
@@ -207,11 +267,48 @@ def run_tasks(
     template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
     book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
     keys = {t.num: t.line for t in todo}
-    states, seen = read_states(
+    states, seen, recorded = read_begin(
         ledger_path, keys, lock=opts.lock, timeout=opts.timeout, stopper=stopper
     )
-    book.begin(keys, states, seen, rerun=rerun)
-    queue = deque(t for t in todo if rerun or states[t.num].state != "ok")
+    settings = run_settings(
+        tasks,
+        command,
+        shell=shell,
+        array=index is not None,
+        chunk=chunk,
+        base=base,
+        format=fmt,
+        columns=opts.columns,
+        kv=opts.kv,
+        stamp=opts.stamp,
+        max_attempts=max_attempts,
+        call=call,
+    )
+    if recorded is not None:
+        # the array's chunk and base stay on record (for missing --array) through a run of
+        # every task, and the base through a part of a split resubmission
+        kept = ("chunk", "base") if index is None else () if new_settings else ("base",)
+        settings.update({k: recorded[k] for k in kept if k in recorded})
+    if max_attempts is None:  # the limit holds across resubmissions that do not repeat it
+        max_attempts = recorded_max_attempts(recorded)
+        settings["max_attempts"] = "" if max_attempts is None else str(max_attempts)
+    differ = settings_conflict(recorded, settings) if recorded is not None else None
+    if differ is not None and not new_settings:
+        book.close()
+        raise UsageError(settings_message(ledger_path, *differ), path=ledger_path)
+    book.begin(
+        keys,
+        states,
+        seen,
+        rerun=rerun,
+        settings=settings,
+        recorded=recorded,
+        max_attempts=max_attempts,
+    )
+    gave_up = {n for n, st in states.items() if given_up(st, max_attempts)}
+    queue = deque(
+        t for t in todo if (rerun or states[t.num].state != "ok") and t.num not in gave_up
+    )
 
     def _outlet(writer: Writer) -> Outlet:
         return Outlet(
@@ -222,7 +319,7 @@ def run_tasks(
             stopper=stopper,
         )
 
-    skipped = len(todo) - len(queue)
+    skipped = len(todo) - len(queue) - len(gave_up)
     runner = Pool(
         queue=queue,
         how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env, call),
@@ -262,6 +359,8 @@ def run_tasks(
         signal=stopper.signum if stopper is not None else None,
         error=o.error or lg.error or runner.ledger_error,
         outcomes=(o, lg, bk),
-        elsewhere=runner.elsewhere,
+        elsewhere=runner.elsewhere - len(book.given_up),
         halted=runner.halted,
+        given_up=len(gave_up | book.given_up),
+        max_attempts=max_attempts,
     )

@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._check.missing import array_spec
+from .._core.fileio import line_blocks, pread_chunks, side_file_problem
+from .._core.snapshot import snapshot
 from ..errors import UsageError
-from .ledger import STATES, LedgerTally, TaskState
+from .alive import forget_jobs, job_alive
+from .ledger import FAILING, STATES, LedgerTally, TaskState
+from .logline import parse_log_line
 from .tasks import Task, chunk_of, split_spec, task_lines
 
-__all__ = ["StatusReport", "parse_states", "resubmit_specs", "task_status", "tasks_in"]
+__all__ = [
+    "FailedTask",
+    "LedgerMissing",
+    "StatusReport",
+    "failed_tasks",
+    "ledger_missing",
+    "parse_states",
+    "resubmit_specs",
+    "task_status",
+    "tasks_in",
+]
 
 
 class StatusReport(NamedTuple):
@@ -23,6 +39,13 @@ class StatusReport(NamedTuple):
     eta: float | None  # seconds until every task is ok at that rate; None when none runs
     slowest: list[tuple[int, float, str]]  # (task number, seconds, task line)
     states: Mapping[int, TaskState]  # a LedgerTally: each last row is read when asked for
+    settings: dict[str, str] | None = None  # how the latest run was called (None: unknown)
+    chunk: int = 1  # given, else recorded: what ``resubmit`` is in
+    base: int = 1
+    max_attempts: int | None = None  # given, else recorded: what made tasks given-up
+    # whether tasks that never ran may still start: no run has begun yet, or the scheduler
+    # still has a job of the ledger queued or running (or cannot say)
+    waiting: bool = True
 
     @property
     def all_ok(self) -> bool:
@@ -30,8 +53,9 @@ class StatusReport(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """Nothing is running and nothing waits to start: watching can stop."""
-        return not self.counts["running"] and not self.counts["never"]
+        """Nothing is running and nothing waits to start (a task that never ran waits only
+        while a job of the ledger may still start it): watching can stop."""
+        return not self.counts["running"] and (not self.counts["never"] or not self.waiting)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,7 +65,27 @@ class StatusReport(NamedTuple):
             "eta_seconds": None if self.eta is None else round(self.eta, 1),
             "slowest": [{"tasknum": n, "seconds": s, "key": k} for n, s, k in self.slowest],
             "not_ok": array_spec(n for n in self.states if _state(self.states, n) != "ok"),
+            "given_up": array_spec(self.given_up()),
+            "settings": self.settings,
+            "chunk": self.chunk,
+            "base": self.base,
+            "max_attempts": self.max_attempts,
+            "resubmit": self.resubmit(),
         }
+
+    def given_up(self) -> list[int]:
+        """The tasks given up (see ``--max-attempts``)."""
+        return [n for n in self.states if _state(self.states, n) == "given-up"]
+
+    def resubmit(self) -> str:
+        """The array indices (in ``chunk`` and ``base``) whose chunk holds a task to run
+        again: not ok, not given up, not running."""
+        again = frozenset(STATES) - {"ok", "given-up", "running"}
+        return array_spec(
+            chunk_of(n, self.chunk, self.base)
+            for n in self.states
+            if _state(self.states, n) in again
+        )
 
 
 def _state(states: Mapping[int, TaskState], num: int) -> str:
@@ -59,30 +103,72 @@ def _epoch(stamp: str) -> float | None:
     return t.replace(tzinfo=timezone.utc).timestamp()
 
 
+def recorded_array(
+    settings: Mapping[str, str] | None, chunk: int | None, base: int | None
+) -> tuple[int, int]:
+    """``chunk`` and ``base`` as given, else as the ledger's settings record them, else 1."""
+    got = settings or {}
+
+    def pick(given: int | None, name: str) -> int:
+        if given is not None:
+            return given
+        value = got.get(name, "")
+        return int(value) if value.lstrip("-").isdigit() else 1
+
+    return pick(chunk, "chunk"), pick(base, "base")
+
+
 def task_status(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
     *,
     slowest: int = 5,
+    chunk: int | None = None,
+    base: int | None = None,
+    max_attempts: int | None = None,
+    fresh: bool = False,
     lock: str = "auto",
     timeout: float = 600.0,
 ) -> StatusReport:
-    """Where every runnable task of ``tasks`` stands according to ``ledger``."""
+    """Where every runnable task of ``tasks`` stands according to ``ledger``; ``chunk``,
+    ``base`` and ``max_attempts`` default to the ledger's recorded settings. ``fresh``:
+    the scheduler is asked again about jobs this process asked about before (a watch)."""
+    if fresh:
+        forget_jobs()
     keys, _ = task_lines(tasks)
-    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
     counts = tally.counts()
     start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
     eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
-    return StatusReport(len(keys), counts, rate, eta, tally.slowest(slowest), tally)
+    chunk, base = recorded_array(tally.settings, chunk, base)
+    # Runs without a scheduler (no job id) that are all gone leave nothing to wait for;
+    # a job the scheduler cannot answer about may still start tasks.
+    waiting = tally.first_time is None or (
+        counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
+    )
+    return StatusReport(
+        total=len(keys),
+        counts=counts,
+        rate=rate,
+        eta=eta,
+        slowest=tally.slowest(slowest),
+        states=tally,
+        settings=tally.settings,
+        chunk=chunk,
+        base=base,
+        max_attempts=tally.max_attempts,
+        waiting=waiting,
+    )
 
 
 def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
-    """``--state`` values; None means every state but ok. ``running/lost`` names both."""
+    """``--state`` values; None means every state but ok and given-up (a task to run
+    again). ``running/lost`` names both."""
     if spec is None:
-        return frozenset(STATES) - {"ok"}
+        return frozenset(STATES) - {"ok", "given-up"}
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     out: set[str] = set()
     for name in (n.strip() for n in names):
@@ -98,15 +184,41 @@ def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
     return frozenset(out)
 
 
-def tasks_in(
+class LedgerMissing(NamedTuple):
+    """What ``missing --ledger`` prints: the tasks in the states asked for, or the array
+    specs of their chunks, and the given-up tasks it leaves out."""
+
+    tasks: list[Task]
+    specs: list[tuple[str, int]]  # (spec, base) of the chunks holding ``tasks``
+    given_up: list[int]  # left out unless asked for by --state given-up
+    chunk: int  # given, else recorded
+    base: int
+    max_attempts: int | None
+
+
+def ledger_missing(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
     *,
     states: Sequence[str] | str | None = None,
+    chunk: int | None = None,
+    base: int | None = None,
+    max_array: int | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
-) -> list[Task]:
-    """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok)."""
+) -> LedgerMissing:
+    """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok and
+    not given up), and the array specs of their chunks, in one pass over ``ledger``.
+
+    ``chunk`` and ``base`` default to the ones the ledger's latest run recorded (else 1),
+    so that the specs select the chunks the job script runs. ``max_array`` (the site's
+    MaxArraySize) splits the specs so that no index reaches it; see
+    :func:`~zotsink._run.tasks.split_spec`.
+    """
+    if chunk is not None and chunk < 1:
+        raise UsageError(f"--chunk must be at least 1, not {chunk}")
+    if max_array is not None and max_array < 1:
+        raise UsageError(f"--max-array must be at least 1, not {max_array}")
     wanted = parse_states(states)
     path = os.fspath(ledger)
     if not os.path.lexists(path):
@@ -117,7 +229,32 @@ def tasks_in(
         )
     keys, _ = task_lines(tasks)
     found = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
-    return [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
+    chunk, base = recorded_array(found.settings, chunk, base)
+    picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
+    given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
+    chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
+    specs = split_spec(chunks, base, max_array)
+    return LedgerMissing(
+        tasks=picked,
+        specs=specs,
+        given_up=given_up,
+        chunk=chunk,
+        base=base,
+        max_attempts=found.max_attempts,
+    )
+
+
+def tasks_in(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    states: Sequence[str] | str | None = None,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> list[Task]:
+    """The runnable tasks of ``tasks`` whose state is one of ``states`` (default: not ok
+    and not given up)."""
+    return ledger_missing(tasks, ledger, states=states, lock=lock, timeout=timeout).tasks
 
 
 def resubmit_specs(
@@ -125,22 +262,135 @@ def resubmit_specs(
     ledger: str | os.PathLike[str],
     *,
     states: Sequence[str] | str | None = None,
-    chunk: int = 1,
-    base: int = 1,
+    chunk: int | None = None,
+    base: int | None = None,
     max_array: int | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
 ) -> list[tuple[str, int]]:
-    """Array specs (with the base each runs under) whose chunks hold tasks in ``states``.
+    """Array specs (with the base each runs under) whose chunks hold tasks in ``states``
+    (see :func:`ledger_missing`; ``chunk`` and ``base`` default to the recorded ones)."""
+    return ledger_missing(
+        tasks,
+        ledger,
+        states=states,
+        chunk=chunk,
+        base=base,
+        max_array=max_array,
+        lock=lock,
+        timeout=timeout,
+    ).specs
 
-    ``states`` defaults to every state but ``ok``: a task that failed, was interrupted or
-    lost, or never ran. ``max_array`` (the site's MaxArraySize) splits the specs so that no
-    index reaches it; see :func:`~zotsink._run.tasks.split_spec`.
+
+class FailedTask(NamedTuple):
+    """A task whose latest attempt failed, was killed or timed out (given up, too), with
+    the last lines that attempt wrote to stderr."""
+
+    tasknum: int
+    line: str  # the task's line
+    state: str  # failed, killed, timeout or given-up
+    status: str  # the end row's: failed, killed or timeout
+    attempt: int
+    exit: str  # the exit code, "" when a signal ended it
+    signal: str
+    seconds: float | None
+    stderr: list[str]  # its last lines in the log, oldest first
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+#: Bytes of a log line kept for the report: the head says what went wrong.
+_LINE_HEAD = 2000
+
+
+def failed_tasks(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    log: str | os.PathLike[str],
+    *,
+    last: int = 5,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> tuple[list[FailedTask], str | None]:
+    """Each task of ``tasks`` whose latest attempt failed (see :class:`FailedTask`), with
+    the ``last`` lines of that attempt's stderr from ``log``; and a note when the log
+    cannot tell them (it does not exist), else None.
+
+    The log is read as a snapshot under its shared lock (``timeout``), only when it is this
+    user's own regular file, in blocks: what is kept is the last lines of the failed
+    attempts alone, however large the log. Lines of an older log carry no attempt: they
+    count for the task's latest attempt.
     """
-    if chunk < 1:
-        raise UsageError(f"--chunk must be at least 1, not {chunk}")
-    if max_array is not None and max_array < 1:
-        raise UsageError(f"--max-array must be at least 1, not {max_array}")
-    found = tasks_in(tasks, ledger, states=states, lock=lock, timeout=timeout)
-    chunks = sorted({chunk_of(t.num, chunk, 1) for t in found})
-    return split_spec(chunks, base, max_array)
+    keys, _ = task_lines(tasks)
+    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    found: dict[int, FailedTask] = {}
+    for n in keys:
+        state = tally.state(n)
+        if state not in FAILING and state != "given-up":
+            continue
+        row = tally[n].last
+        if row is None or row.event != "end":
+            continue
+        try:
+            secs: float | None = float(row.seconds)
+        except ValueError:
+            secs = None
+        if secs is not None and math.isnan(secs):
+            secs = None
+        attempt = int(row.attempt) if row.attempt.isdigit() else 0
+        found[n] = FailedTask(
+            tasknum=n,
+            line=keys[n],
+            state=state,
+            status=row.status,
+            attempt=attempt,
+            exit=row.exit,
+            signal=row.signal,
+            seconds=secs,
+            stderr=[],
+        )
+    if not found or last <= 0:
+        return list(found.values()), None
+    tails = {n: deque[bytes](maxlen=last) for n in found}
+    note = _read_log(os.fspath(log), found, tails, lock=lock, timeout=timeout)
+    out = [
+        t._replace(stderr=[x.decode("utf-8", "replace") for x in tails[t.tasknum]])
+        for t in found.values()
+    ]
+    return out, note
+
+
+def _read_log(
+    path: str,
+    found: Mapping[int, FailedTask],
+    tails: Mapping[int, Any],
+    *,
+    lock: str,
+    timeout: float,
+) -> str | None:
+    if not os.path.lexists(path):
+        return f"no log at {path}: the tasks' stderr is not shown (give --log PATH)"
+    fd, size = snapshot(path, lock=lock, timeout=timeout)
+    try:
+        # the rule the log is written by (a group may share it, nobody may plant it)
+        problem = side_file_problem(os.fstat(fd), path, own=False)
+        if problem:
+            raise UsageError(
+                f"the log {path} is not to be trusted ({problem}); give --log the log "
+                "`zotsink run` wrote",
+                path=path,
+            )
+        for lines, whole in line_blocks(pread_chunks(fd, size, 1 << 20)):
+            if not whole:
+                continue  # a last line still being written
+            for line in lines:
+                parsed = parse_log_line(line)
+                if parsed is None:
+                    continue
+                task = found.get(parsed.tasknum)
+                if task is not None and parsed.attempt in (None, task.attempt):
+                    tails[parsed.tasknum].append(parsed.text[:_LINE_HEAD])
+    finally:
+        os.close(fd)
+    return None

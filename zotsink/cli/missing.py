@@ -55,8 +55,16 @@ def _states() -> tuple[str, ...]:
     shell_complete=complete_list(_states),
     help="With --ledger: the states [not ok].",
 )
-@click.option("--chunk", type=click.IntRange(1), default=1, help="With --ledger: tasks per index.")
-@click.option("--base", type=int, default=1, help="With --ledger: the index of the first chunk.")
+@click.option(
+    "--chunk",
+    type=click.IntRange(1),
+    help="With --ledger: tasks per index [default: the run's recorded chunk, else 1].",
+)
+@click.option(
+    "--base",
+    type=int,
+    help="With --ledger: the index of the first chunk [default: the recorded base, else 1].",
+)
 @click.option(
     "--max-array",
     type=click.IntRange(1),
@@ -77,8 +85,8 @@ def missing_cmd(
     as_array: bool,
     ledger: str | None,
     states: str | None,
-    chunk: int,
-    base: int,
+    chunk: int | None,
+    base: int | None,
     max_array: int | None,
     fmt: str,
     lock: str,
@@ -95,8 +103,9 @@ def missing_cmd(
       spec=$(zotsink missing tasks.txt out.tsv --key input --array)
       [ -z "$spec" ] || sbatch --array="$spec" job.sh
     With --ledger (of `zotsink run`) instead of OUT and --key: the tasks in
-    --state (default: every state but ok), or with --array the indices whose
-    --chunk holds one; see docs/run.md.
+    --state (default: every state but ok and given-up), or with --array the
+    indices whose --chunk holds one (the run's recorded --chunk and --base unless
+    given); given-up tasks left out are named on stderr; see docs/run.md.
     """
     if ledger is not None:
         if out is not None or key is not None:
@@ -156,39 +165,42 @@ def _from_ledger(
     inputs: str,
     ledger: str,
     states: str | None,
-    chunk: int,
-    base: int,
+    chunk: int | None,
+    base: int | None,
     max_array: int | None,
     as_array: bool,
     lock: str,
     timeout: float,
 ) -> None:
-    from .. import resubmit_specs, tasks_in
+    from .. import array_spec, ledger_missing
 
-    if as_array:
-        specs = run_api(
-            lambda: resubmit_specs(
-                inputs,
-                ledger,
-                states=states,
-                chunk=chunk,
-                base=base,
-                max_array=max_array,
-                lock=lock,
-                timeout=timeout,
-            )
+    found = run_api(
+        lambda: ledger_missing(
+            inputs,
+            ledger,
+            states=states,
+            chunk=chunk,
+            base=base,
+            max_array=max_array,
+            lock=lock,
+            timeout=timeout,
         )
-        lines = [f"{spec} {b}" if max_array is not None else spec for spec, b in specs]
+    )
+    if as_array:
+        lines = [f"{spec} {b}" if max_array is not None else spec for spec, b in found.specs]
     else:
-        lines = [
-            t.line
-            for t in run_api(
-                lambda: tasks_in(inputs, ledger, states=states, lock=lock, timeout=timeout)
-            )
-        ]
+        lines = [t.line for t in found.tasks]
     try:
         for line in lines:
             sys.stdout.buffer.write(line.encode("utf-8", "surrogateescape") + b"\n")
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         stdout_closed()
+    if found.given_up:
+        # stderr, under -q too: a task left out must never look as if it were done
+        limit = f" (--max-attempts {found.max_attempts})" if found.max_attempts else ""
+        click.echo(
+            f"zotsink: left out {len(found.given_up)} given-up task(s), failed too often"
+            f"{limit}: {array_spec(found.given_up)}; `--state given-up` lists them",
+            err=True,
+        )

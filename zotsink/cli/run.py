@@ -101,6 +101,19 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     show_default=True,
     help="After a stop signal, seconds the tasks get before SIGTERM and SIGKILL.",
 )
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Across resubmissions: a task that failed N times is given up, never run again "
+    "[default: the ledger's recorded N, else no limit].",
+)
+@click.option(
+    "--new-settings",
+    is_flag=True,
+    help="Record this run's --chunk, --base, format, --columns, --kv, --stamp and CMD in "
+    "the ledger instead of refusing ones that differ from the recorded settings.",
+)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
 @click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
 @record_options
@@ -123,6 +136,8 @@ def run_cmd(
     retries: int,
     task_timeout: float | None,
     grace: float,
+    max_attempts: int | None,
+    new_settings: bool,
     ledger: str | None,
     log: str | None,
     fmt: str,
@@ -145,12 +160,14 @@ def run_cmd(
       zotsink run images.txt out.tsv --kv --chunk 100 --jobs auto -- python proc.py
     or, much faster for Python code, a function called in long-lived workers:
       zotsink run images.txt out.tsv --chunk 100 --jobs auto --call proc.py:measure
-    stderr goes, prefixed by the task number, to OUT.log; every start and end to
+    stderr goes, prefixed by TASKNUM.ATTEMPT, to OUT.log; every start and end to
     OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
-    finish what is left (`zotsink status`, `zotsink missing --ledger`).
+    finish what is left (`zotsink status`, `zotsink missing --ledger`). The ledger
+    records the settings; a resubmission called otherwise is refused.
 
     \b
-    Exit codes: 0 every task ok, 1 a task not ok or records refused, 2 usage,
+    Exit codes: 0 every task ok, 1 a task not ok (or given up) or records
+    refused, 2 usage or settings other than the recorded ones,
     74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
     """
     from .. import Stopper, run_tasks
@@ -173,6 +190,8 @@ def run_cmd(
                 retries=retries,
                 task_timeout=task_timeout,
                 grace=grace,
+                max_attempts=max_attempts,
+                new_settings=new_settings,
                 ledger=ledger,
                 log=log,
                 format=fmt,
@@ -222,7 +241,9 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         parts.append(f"{r.skipped} already ok")
     if r.elsewhere:
         parts.append(f"{r.elsewhere} done or running in another run")
-    unstarted = r.selected - r.skipped - r.elsewhere - len(r.states)
+    if r.given_up:
+        parts.append(f"{r.given_up} given up after {r.max_attempts} failed attempts")
+    unstarted = r.selected - r.skipped - r.elsewhere - r.given_up - len(r.states)
     if r.halted is not None and unstarted:
         parts.append(f"{unstarted} not started")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
@@ -247,6 +268,7 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         import signal
 
         say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
-    # a halted run did not do what it was asked: never exit 0
-    not_done = r.rejected + len(bad) + (r.halted is not None)
+    # a given-up task is not ok either, nor is a run that halted: the job must not look
+    # finished
+    not_done = r.rejected + len(bad) + r.given_up + (r.halted is not None)
     return outcome_code(failed or r.error, not_done, r.signal)

@@ -8,16 +8,45 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import CONTEXT, json_option, print_json, read_lock_options, run_api
+from ._common import (
+    CONTEXT,
+    json_option,
+    print_json,
+    read_lock_options,
+    run_api,
+    stdout_closed,
+)
 
 if TYPE_CHECKING:
-    from .. import StatusReport
+    from collections.abc import Callable
+    from typing import Any
+
+    from .. import FailedTask, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(), required=False)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="List each failed, killed, timed-out or given-up task: its line, attempt, exit or "
+    "signal, seconds and the last lines of its stderr from the log.",
+)
+@click.option(
+    "--log",
+    type=click.Path(),
+    help="With --failed: the tasks' log [default: OUT.log, or the ledger's name with .log].",
+)
+@click.option(
+    "--last",
+    type=click.IntRange(0),
+    default=5,
+    show_default=True,
+    metavar="N",
+    help="With --failed: stderr lines shown per task.",
+)
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
@@ -28,15 +57,28 @@ if TYPE_CHECKING:
     help="Seconds between redraws with --watch.",
 )
 @click.option("--slowest", type=click.IntRange(0), default=5, show_default=True, metavar="N")
+@click.option(
+    "--chunk",
+    type=click.IntRange(1),
+    help="Tasks per array index, for the indices to resubmit [default: the recorded one].",
+)
+@click.option(
+    "--base", type=int, help="The index of the first chunk [default: the recorded one, else 1]."
+)
 @read_lock_options
 def status_cmd(
     tasks: str,
     out: str | None,
     ledger: str | None,
+    failed: bool,
+    log: str | None,
+    last: int,
     as_json: bool,
     watch: bool,
     interval: float,
     slowest: int,
+    chunk: int | None,
+    base: int | None,
     lock: str,
     timeout: float,
 ) -> None:
@@ -44,8 +86,10 @@ def status_cmd(
 
     \b
     The ledger is OUT.ledger (or --ledger PATH). States: ok, failed, killed,
-    timeout, interrupted, running (a start and no end yet), lost (a start whose
-    run process is gone), never (no row).
+    timeout, interrupted, given-up (failed --max-attempts times), running (a
+    start and no end yet), lost (a start whose run process is gone), never (no
+    row). With a chunked run's settings recorded in the ledger, the array indices
+    to resubmit (in the recorded --chunk and --base, unless given).
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
     from .. import task_status
@@ -55,11 +99,44 @@ def status_cmd(
     if out is None and ledger is None:
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
-    report = run_api(lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout))
+
+    def read() -> StatusReport:
+        return run_api(
+            lambda: task_status(
+                tasks,
+                path,
+                slowest=slowest,
+                chunk=chunk,
+                base=base,
+                fresh=watch,
+                lock=lock,
+                timeout=timeout,
+            )
+        )
+
+    report = read()
     if watch:
-        report = _watch(tasks, path, slowest, lock, timeout, interval, report)
+        report = _watch(read, interval, report)
+    listed: list[dict[str, Any]] | None = None
+    if failed:
+        from .. import failed_tasks
+
+        if log is None:
+            log = f"{out}.log" if out is not None else _log_beside(path)
+        found, note = run_api(
+            lambda: failed_tasks(tasks, path, log, last=last, lock=lock, timeout=timeout)
+        )
+        if note is not None:
+            click.echo(f"zotsink: note: {note}", err=True)
+        if as_json:
+            listed = [t.to_dict() for t in found]
+        else:
+            _print_failed(found)
     if as_json:
-        print_json(report.to_dict())
+        d = report.to_dict()
+        if listed is not None:
+            d["failed"] = listed
+        print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
             click.echo(f"zotsink: {line}", err=True)
@@ -79,7 +156,42 @@ def status_lines(report: StatusReport) -> list[str]:
         lines.append(line)
     for num, secs, key in report.slowest:
         lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+    if c["given-up"]:
+        from .. import array_spec
+
+        lines.append(
+            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}"
+        )
+    if report.settings is not None and "chunk" in report.settings and not report.all_ok:
+        spec = report.resubmit()
+        if spec:
+            lines.append(
+                f"to run again: array indices {spec} (--chunk {report.chunk} --base "
+                f"{report.base}); resubmit them when nothing runs"
+            )
     return lines
+
+
+def _log_beside(ledger: str) -> str:
+    """The log `zotsink run` writes beside OUT, found from its ledger's name."""
+    return ledger[: -len(".ledger")] + ".log" if ledger.endswith(".ledger") else ledger + ".log"
+
+
+def _print_failed(found: list[FailedTask]) -> None:
+    """Each failed task on stdout: one line, then its last stderr lines, indented."""
+    out = []
+    for t in found:
+        how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
+        secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
+        state = t.status if t.state == t.status else f"{t.status}, {t.state}"
+        out.append(f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}")
+        out += [f"    {line}" for line in t.stderr]
+    try:
+        for line in out:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_closed()
 
 
 def _duration(seconds: float) -> str:
@@ -112,7 +224,7 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     c = report.counts
     done = c["ok"] / report.total if report.total else 1.0
     fill = int(done * width)
-    bad = c["failed"] + c["killed"] + c["timeout"] + c["interrupted"] + c["lost"]
+    bad = c["failed"] + c["killed"] + c["timeout"] + c["interrupted"] + c["lost"] + c["given-up"]
     eta = ""
     if report.eta is not None and not report.all_ok:
         eta = f" ETA {int(report.eta) // 60}:{int(report.eta) % 60:02d}"
@@ -122,18 +234,8 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     )
 
 
-def _watch(
-    tasks: str,
-    path: str,
-    slowest: int,
-    lock: str,
-    timeout: float,
-    interval: float,
-    report: StatusReport,
-) -> StatusReport:
+def _watch(read: Callable[[], StatusReport], interval: float, report: StatusReport) -> StatusReport:
     """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
-    from .. import task_status
-
     tty = sys.stderr.isatty()
     try:
         while True:
@@ -142,9 +244,7 @@ def _watch(
             if report.settled:
                 break
             time.sleep(interval)
-            report = run_api(
-                lambda: task_status(tasks, path, slowest=slowest, lock=lock, timeout=timeout)
-            )
+            report = read()
     except KeyboardInterrupt:
         pass
     if tty:

@@ -1,0 +1,151 @@
+"""How a run was called, recorded in its ledger: ``missing``/``status`` use the recorded chunk
+and base, and a resubmission called otherwise is refused before anything runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+
+
+def ledger_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+@pytest.fixture
+def chunked(tmp_path: Path, zotsink: Run) -> Path:
+    """300 tasks, chunk 20: element 2 ran (tasks 21-40), the other 14 chunks never did."""
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"item{i}\n" for i in range(1, 301)))
+    r = zotsink("run", tasks, "out.tsv", "--index", "2", "--chunk", "20", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    return tasks
+
+
+def test_the_ledger_records_how_the_run_was_called(tmp_path: Path, zotsink: Run) -> None:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("a\nb\n")
+    r = zotsink(
+        "run", tasks, "out.tsv", "--index", "1", "--chunk", "2", "--base", "1",
+        "--stamp", "tasknum,attempt", "--", "printf", "%s\\n",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = ledger_rows(tmp_path / "out.tsv.ledger")
+    run = [row for row in rows if row["event"] == "run"]
+    assert len(run) == 1 and run[0]["tasknum"] == "0" and run[0]["key"] == ""
+    s = zotsink("status", tasks, "out.tsv", "--json")
+    assert json.loads(s.stdout)["settings"] == {
+        "tasks": str(tasks), "chunk": "2", "base": "1", "format": "tsv", "columns": "",
+        "kv": "", "stamp": "tasknum,attempt", "command": "printf '%s\\n'", "max_attempts": "",
+    }  # fmt: skip
+    # the same settings again: nothing new to record
+    r = zotsink(
+        "run", tasks, "out.tsv", "--index", "1", "--chunk", "2", "--rerun", "--jobs", "2",
+        "--retries", "1", "--stamp", "tasknum,attempt", "--", "printf", "%s\\n",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sum(row["event"] == "run" for row in ledger_rows(tmp_path / "out.tsv.ledger")) == 1
+    # readers of the tasks never see the run row
+    assert (tmp_path / "out.tsv").read_text().count("\n") == 4  # --rerun: twice
+    s = zotsink("status", tasks, "out.tsv")
+    assert s.returncode == 0, s.stderr
+    assert s.stderr.decode().startswith("zotsink: 2 tasks: 2 ok\n")
+    c = zotsink("cat", "out.tsv")
+    assert c.stdout == b"1\t2\ta\n2\t2\tb\n"
+
+
+def test_missing_array_gives_the_recorded_chunks(chunked: Path, zotsink: Run) -> None:
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"1,3-15\n"  # indices of chunks of 20, not task numbers
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array", "--chunk", "100")
+    assert r.stdout == b"1-3\n"  # given: it wins
+    s = zotsink("status", chunked, "out.tsv", "--json")
+    assert s.returncode == 1
+    d = json.loads(s.stdout)
+    assert (d["chunk"], d["base"], d["resubmit"]) == (20, 1, "1,3-15")
+    assert "to run again: array indices 1,3-15 (--chunk 20 --base 1)" in s.stderr.decode()
+
+
+def test_a_run_without_index_keeps_the_recorded_chunk(chunked: Path, zotsink: Run) -> None:
+    env = {"SLURM_ARRAY_TASK_ID": None, "SGE_TASK_ID": None, "PBS_ARRAY_INDEX": None}
+    r = zotsink("run", chunked, "out.tsv", "--new-settings", "--", "false", env=env)
+    assert r.returncode == 1  # every other task failed
+    assert "300 tasks: 280 failed, 20 already ok" in r.stderr.decode()
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array")
+    assert r.stdout == b"1,3-15\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "old", "new"),
+    [
+        (["--chunk", "10", "--", "echo"], "chunk", "'20'", "'10'"),
+        (["--chunk", "20", "--", "echo", "-n"], "command", "'echo'", "'echo -n'"),
+        (["--chunk", "20", "--stamp", "job", "--", "echo"], "stamp", "'(none)'", "'job'"),
+        (["--chunk", "20", "--kv", "--", "echo"], "kv", "'(none)'", "':'"),
+        (["--chunk", "20", "-f", "csv", "--", "echo"], "format", "'tsv'", "'csv'"),
+    ],
+)
+def test_a_resubmission_called_otherwise_is_refused_before_anything_runs(
+    chunked: Path, zotsink: Run, tmp_path: Path, args: list[str], name: str, old: str, new: str
+) -> None:
+    before = {p: (tmp_path / p).read_bytes() for p in ("out.tsv", "out.tsv.ledger")}
+    r = zotsink("run", chunked, "out.tsv", "--index", "3", *args)
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert f"records {name} {old} for this run's tasks, and this run has {new}" in err
+    assert "--new-settings" in err and "Traceback" not in err
+    assert {p: (tmp_path / p).read_bytes() for p in before} == before  # nothing ran
+    assert not (tmp_path / "out.tsv.log").exists()
+
+
+def test_another_base_runs_the_same_chunks_and_keeps_the_recorded_one(
+    chunked: Path, zotsink: Run, tmp_path: Path
+) -> None:
+    # a part of a resubmission split under MaxArraySize: index 1 under base -1 is chunk 3
+    r = zotsink("run", chunked, "out.tsv", "--index", "1", "--chunk", "20", "--base", "-1",
+                "--", "echo")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.tsv").read_text().splitlines()[20:] == [
+        f"item{i}" for i in range(41, 61)
+    ]
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array")
+    assert r.stdout == b"1,4-15\n"  # in the recorded base, 1
+
+
+def test_new_settings_records_them_and_goes_on(chunked: Path, zotsink: Run, tmp_path: Path) -> None:
+    r = zotsink("run", chunked, "out.tsv", "--index", "1", "--chunk", "100", "--new-settings",
+                "--", "echo")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # tasks 21-40 were ok already: only the other 80 of the first 100 ran
+    assert "100 tasks: 80 ok, 20 already ok" in r.stderr.decode()
+    runs = [row for row in ledger_rows(tmp_path / "out.tsv.ledger") if row["event"] == "run"]
+    assert [json.loads(row["note"])["chunk"] for row in runs] == ["20", "100"]
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array")
+    assert r.stdout == b"2-3\n"
+    r = zotsink("run", chunked, "out.tsv", "--index", "2", "--chunk", "20", "--", "echo")
+    assert r.returncode == 2  # the latest settings count
+
+
+def test_a_ledger_of_an_older_release_has_no_settings_and_takes_any(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("a\nb\nc\n")
+    r = zotsink("run", tasks, "out.tsv", "--index", "1", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    ledger = tmp_path / "out.tsv.ledger"
+    ledger.write_bytes(b"".join(x for x in ledger.read_bytes().splitlines(True)
+                                if not x.startswith(b"run\t")))  # fmt: skip
+    r = zotsink("missing", tasks, "--ledger", ledger, "--array")
+    assert r.stdout == b"2-3\n"
+    r = zotsink("run", tasks, "out.tsv", "--index", "2", "--chunk", "2", "--", "echo", "x")
+    assert r.returncode == 0, r.stderr
+    assert zotsink("missing", tasks, "--ledger", ledger, "--array").stdout == b"1\n"

@@ -1,0 +1,107 @@
+"""``zotsink status ... --failed``: each failed task's latest attempt and the last lines of
+its stderr, read from the log as every side file is read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+
+#: Task "bad" prints 7 lines on stderr, each naming its attempt, and fails; "boom" is
+#: killed by SIGKILL; the others succeed (and print one stderr line).
+TASK = (
+    'case "$0" in '
+    'bad) for i in 1 2 3 4 5 6 7; do echo "bad $ZOTSINK_ATTEMPT.$i" >&2; done; exit 3;; '
+    'boom) echo "going" >&2; kill -9 $$;; '
+    'esac; echo "fine $0" >&2; echo "$0"'
+)
+
+
+def run_tasks(tmp_path: Path, zotsink: Run) -> Path:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("a\nbad\nc\nboom\n")
+    r = zotsink("run", tasks, "out.tsv", "--retries", "1", "--jobs", "2", "--", "sh", "-c", TASK)
+    assert r.returncode == 1
+    return tasks
+
+
+def test_failed_lists_the_latest_attempt_and_its_last_stderr_lines(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    tasks = run_tasks(tmp_path, zotsink)
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    assert r.returncode == 1
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("task 2 failed (attempt 2, exit 3, ") and lines[0].endswith("): bad")
+    # the second attempt's last five lines: nothing of the first attempt, nor of task 1
+    assert lines[1:6] == [f"    bad 2.{i}" for i in range(3, 8)]
+    assert lines[6].startswith("task 4 killed (attempt 2, signal SIGKILL, ")
+    assert lines[7:] == ["    going"]
+    # the same as JSON, with the number of lines asked for
+    r = zotsink("status", tasks, "out.tsv", "--failed", "--last", "2", "--json")
+    d = json.loads(r.stdout)
+    got = [(t["tasknum"], t["status"], t["attempt"], t["exit"], t["signal"], t["stderr"])
+           for t in d["failed"]]  # fmt: skip
+    assert got == [
+        (2, "failed", 2, "3", "", ["bad 2.6", "bad 2.7"]),
+        (4, "killed", 2, "", "SIGKILL", ["going"]),
+    ]
+
+
+def test_an_older_log_without_attempts_is_read(tmp_path: Path, zotsink: Run) -> None:
+    tasks = run_tasks(tmp_path, zotsink)
+    log = tmp_path / "out.tsv.log"
+    # the layout an older release wrote: TASKNUM<TAB>line
+    log.write_bytes(b"2\tbad old 1\n1\tfine a\n2\t3\tbad old 2\n")
+    r = zotsink("status", tasks, "--ledger", "out.tsv.ledger", "--failed")
+    assert r.stdout.decode().splitlines()[1:3] == ["    bad old 1", "    3\tbad old 2"]
+
+
+def test_a_missing_log_is_a_note_and_a_fifo_is_refused(tmp_path: Path, zotsink: Run) -> None:
+    tasks = run_tasks(tmp_path, zotsink)
+    (tmp_path / "out.tsv.log").rename(tmp_path / "elsewhere.log")
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    assert r.returncode == 1
+    assert b"note: no log at out.tsv.log: the tasks' stderr is not shown (give --log PATH)" in (
+        r.stderr
+    )
+    listed = r.stdout.decode().splitlines()
+    assert len(listed) == 2 and all(x.startswith("task ") for x in listed)  # no stderr
+    r = zotsink("status", tasks, "out.tsv", "--failed", "--log", "elsewhere.log")
+    assert b"    bad 2.7" in r.stdout
+    os.mkfifo(tmp_path / "out.tsv.log")  # nobody writes to it: a read would hang
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    assert r.returncode == 1, r.stderr
+    assert b"out.tsv.log is a FIFO" in r.stderr and b"Traceback" not in r.stderr
+
+
+# Starts argv and prints its exit code and peak RSS (KiB): a launcher of its own, so that
+# the child is not charged with the pytest worker's memory (see test_collect_hardening).
+_LAUNCH = (
+    "import os, subprocess, sys\n"
+    "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)\n"
+    "_pid, status, ru = os.wait4(p.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), ru.ru_maxrss)\n"
+)
+
+
+def test_a_big_log_is_streamed(tmp_path: Path, zotsink: Run) -> None:
+    tasks = run_tasks(tmp_path, zotsink)
+    line = b"2.2\t" + b"x" * 200 + b"\n"
+    with open(tmp_path / "out.tsv.log", "ab") as f:
+        for _ in range(8):
+            f.write(line * 50_000)
+    assert (tmp_path / "out.tsv.log").stat().st_size > 80_000_000
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCH, sys.executable, "-m", "zotsink", "status", tasks,
+         "out.tsv", "--failed"],
+        cwd=tmp_path, capture_output=True, check=True, timeout=300,
+    )  # fmt: skip
+    code, rss_kib = out.stdout.split()
+    assert int(code) == 1, out.stderr
+    assert int(rss_kib) < 60 * 1024, rss_kib  # the log is not held: its last lines are

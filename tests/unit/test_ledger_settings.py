@@ -1,0 +1,76 @@
+"""The settings row of the ledger and its comparison (zotsink._run.ledger)."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from zotsink import UsageError
+from zotsink._run.ledger import (
+    Ledger,
+    read_begin,
+    read_ledger,
+    settings_conflict,
+    states_of,
+)
+from zotsink._run.tasks import Task
+
+A = {"chunk": "10", "base": "1", "format": "tsv", "command": "echo", "tasks": "t.txt"}
+
+
+def test_settings_conflict_names_the_first_differing_setting() -> None:
+    assert settings_conflict(A, dict(A)) is None
+    assert settings_conflict(A, {**A, "tasks": "/abs/t.txt", "max_attempts": "3"}) is None
+    assert settings_conflict(A, {**A, "chunk": "5"}) == ("chunk", "10", "5")
+    assert settings_conflict(A, {**A, "call": "f.py:main"}) == ("call", "", "f.py:main")
+    # a run without an array index has no chunk: not compared
+    no_index = {k: v for k, v in A.items() if k not in ("chunk", "base")}
+    assert settings_conflict(A, no_index) is None
+
+
+def test_a_run_row_is_no_task_row(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    book = Ledger(path, env={})
+    book.append([book.settings_row(A), book.start_row(1, "a", 1), book.settings_row(
+        {**A, "chunk": "20"})])  # fmt: skip
+    book.close()
+    assert [r.event for r in read_ledger(path)] == ["start"]
+    states, _, settings = read_begin(path, {1: "a"})
+    assert settings == {**A, "chunk": "20"}  # the latest
+    assert states == states_of({1: "a"}, read_ledger(path))
+
+
+def test_a_run_that_records_other_settings_meanwhile_stops_the_claim(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    first, second = Ledger(path, env={}), Ledger(path, env={})
+    keys = {1: "a", 2: "b"}
+    for book, settings in ((first, A), (second, {**A, "chunk": "5"})):
+        states, seen, recorded = read_begin(path, keys)
+        assert recorded is None  # both looked before either claimed
+        book.begin(keys, states, seen, rerun=False, settings=settings, recorded=recorded)
+    picked, _ = first.claim(deque([Task(1, "a")]), 1, [])
+    assert [(t.num, n) for t, n in picked] == [(1, 1)]
+    queue = deque([Task(2, "b")])
+    with pytest.raises(UsageError, match=r"records chunk '10'.*this run has '5'"):
+        second.claim(queue, 1, [])
+    assert list(queue) == [Task(2, "b")]  # nothing claimed
+    assert [r.event for r in read_ledger(path)] == ["start"]
+    first.close()
+    second.close()
+
+
+def test_settings_recorded_by_another_run_later_do_not_stop_a_run_halfway(tmp_path: Path) -> None:
+    path = tmp_path / "l"
+    keys = {1: "a", 2: "b"}
+    book = Ledger(path, env={})
+    states, seen, recorded = read_begin(path, keys)
+    book.begin(keys, states, seen, rerun=False, settings=A, recorded=recorded)
+    book.claim(deque([Task(1, "a")]), 1, [])
+    other = Ledger(path, env={})
+    other.append([other.settings_row({**A, "chunk": "5"})])  # a run with --new-settings
+    other.close()
+    picked, _ = book.claim(deque([Task(2, "b")]), 1, [])
+    assert [(t.num, n) for t, n in picked] == [(2, 1)]
+    book.close()
