@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The per-image processor of the seed workload: one record per image.
+"""The seed workload's per-image step, written once for every way of running it.
 
-    seed_process.py IMAGE
+    seed_step.py IMAGE                                   # a command per image
+    zotsink run ... --call scripts/cluster/seed_step.py:image_stats   # a function per image
 
-Prints ``filename:NAME min:N max:N mean:X`` (key:value tokens, for ``zotsink --kv``):
-the smallest, largest and mean channel value of a binary PPM (P6) image such as those
-seed_images.py makes. Exit 2 with a message on stderr when IMAGE is not such a file.
+As the seed does it: Pillow opens the image (PNG or JPEG, such as seed_images.py makes),
+converts it to greyscale ("L") and takes its smallest, largest and mean pixel value.
+``image_stats(line)`` returns the record as a mapping, columns by name; run as a command it
+prints the same record as ``filename:NAME min:N max:N mean:X`` (key:value tokens, for
+``zotsink --kv``), or exits 2 with a message naming the image when it cannot be read.
 """
 
 from __future__ import annotations
@@ -13,32 +16,38 @@ from __future__ import annotations
 import os
 import sys
 
+from PIL import Image
 
-def stats(data: bytes) -> tuple[int, int, float]:
-    """(min, max, mean) of the pixel bytes of a P6 image with maxval 255."""
-    # The header is four whitespace-separated fields and then exactly ONE whitespace
-    # byte: the pixels may start with bytes that look like whitespace themselves.
-    fields = data.split(maxsplit=3)
-    if len(fields) < 4 or fields[0] != b"P6" or not fields[3].startswith(b"255"):
-        raise ValueError("not a binary PPM (P6) image with maxval 255")
-    width, height = int(fields[1]), int(fields[2])
-    pixels = fields[3][4:]
-    if len(pixels) != width * height * 3 or not pixels:
-        raise ValueError(f"{len(pixels)} bytes of pixels for {width}x{height}")
-    return min(pixels), max(pixels), sum(pixels) / len(pixels)
+COLUMNS = ("filename", "min", "max", "mean")
+
+
+def image_stats(line: str) -> dict[str, str]:
+    """The record of the image whose path is ``line`` (a task line: trailing newline ok)."""
+    path = line.rstrip("\n")
+    with Image.open(path) as img:
+        grey = img.convert("L")
+    lo, hi = grey.getextrema()
+    # the histogram is 256 counts: the mean without a pass over the pixels in Python
+    hist = grey.histogram()
+    mean = sum(value * count for value, count in enumerate(hist)) / sum(hist)
+    return {
+        "filename": os.path.basename(path),
+        "min": str(lo),
+        "max": str(hi),
+        "mean": f"{mean:.3f}",
+    }
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: seed_process.py IMAGE", file=sys.stderr)
+        print("usage: seed_step.py IMAGE", file=sys.stderr)
         return 2
     try:
-        with open(argv[1], "rb") as f:
-            lo, hi, mean = stats(f.read())
-    except (OSError, ValueError) as e:
-        print(f"{argv[1]}: {e}", file=sys.stderr)
+        record = image_stats(argv[1])
+    except (OSError, ValueError) as e:  # Pillow's UnidentifiedImageError is an OSError
+        print(f"{argv[1]}: cannot read the image: {e}", file=sys.stderr)
         return 2
-    print(f"filename:{os.path.basename(argv[1])} min:{lo} max:{hi} mean:{mean:.3f}")
+    print(" ".join(f"{k}:{record[k]}" for k in COLUMNS))
     return 0
 
 
