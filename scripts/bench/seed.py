@@ -74,9 +74,15 @@ def array(env: dict[str, str], n: int, job: str, workdir: Path) -> float:
     holds none of them."""
     t0 = time.monotonic()
     out = sh(
-        "sbatch", "--parsable", f"--array=1-{-(-n // CHUNK)}", f"--cpus-per-task={CPUS}",
-        f"--chdir={workdir}", "--output=/dev/null", f"--wrap={job}", env=env,
-    )  # fmt: skip
+        "sbatch",
+        "--parsable",
+        f"--array=1-{-(-n // CHUNK)}",
+        f"--cpus-per-task={CPUS}",
+        f"--chdir={workdir}",
+        "--output=/dev/null",
+        f"--wrap={job}",
+        env=env,
+    )
     jobid = out.strip().split(";")[0]
     while True:
         res = subprocess.run(
@@ -185,8 +191,10 @@ def set_netem(ms: float) -> str | None:
     try:
         res = subprocess.run(
             ["tc", "qdisc", "replace", "dev", BRIDGE, "root", "netem", "delay", f"{ms}ms"],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     except OSError as e:
         return f"tc: {e}"
     if res.returncode == 0:
@@ -214,8 +222,11 @@ def main() -> None:
         ap.error(f"--ways takes {','.join(WAYS)}; --images at least 1, --rounds at least 0")
     if os.geteuid() != 0:
         sys.exit("seed: needs root (it brings up GlusterFS and Slurm)")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  "
-          f"{shlex.join([Path(sys.executable).name, *sys.argv])}", flush=True)  # fmt: skip
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}  "
+        f"{shlex.join([Path(sys.executable).name, *sys.argv])}",
+        flush=True,
+    )
     if "call" in ways and not has_call():
         print("# way call: not available (this zotsink's `run` has no --call)", flush=True)
         ways.remove("call")
@@ -252,8 +263,10 @@ def bench(
         if why is None:
             delays.append(args.netem)
         else:
-            print(f"# netem {args.netem} ms: not available here ({why}); no delayed rounds",
-                  flush=True)  # fmt: skip
+            print(
+                f"# netem {args.netem} ms: not available here ({why}); no delayed rounds",
+                flush=True,
+            )
     times: dict[tuple[float, str], list[float]] = {}
     for delay in delays:
         if delay:
@@ -266,8 +279,11 @@ def bench(
                 total = t + t_collect
                 times.setdefault((delay, way), []).append(total)
                 detail = f" ({t:.1f} + collect {t_collect:.1f})" if way == "habit" else ""
-                print(f"delay {delay:g} ms  round {rnd + 1}  {way:<8} {total:8.1f} s{detail}"
-                      f"   {n} rows   load {load[0]:.2f} {load[1]:.2f}", flush=True)  # fmt: skip
+                print(
+                    f"delay {delay:g} ms  round {rnd + 1}  {way:<8} {total:8.1f} s{detail}"
+                    f"   {n} rows   load {load[0]:.2f} {load[1]:.2f}",
+                    flush=True,
+                )
         clear_netem()
         if "habit" in ways and args.rounds:
             for way in ways:
@@ -284,8 +300,11 @@ def bench(
             if way == "habit":
                 continue
             taken, calls = count_locks(way, env, lock_tasks, m, shared / f"locks-{way}", work)
-            print(f"locks  {way:<8} {taken:.2f} exclusive locks taken per task, {calls:.2f}"
-                  f" lock calls ({m} images, {-(-m // CHUNK)} elements)", flush=True)  # fmt: skip
+            print(
+                f"locks  {way:<8} {taken:.2f} exclusive locks taken per task, {calls:.2f}"
+                f" lock calls ({m} images, {-(-m // CHUNK)} elements)",
+                flush=True,
+            )
     print(f"# load at the end {os.getloadavg()[0]:.2f}")
 
 

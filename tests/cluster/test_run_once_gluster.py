@@ -136,10 +136,20 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
             f" --columns task,attempt,host,i -- {sys.executable} {task} {witness} {{}}"
         )
         return subprocess.run(
-            ["sbatch", "--parsable", f"--nodelist={node}", f"--chdir={tmp_path}",
-             f"--output={said}/{node}-%j.out", *extra, f"--wrap={job}"],
-            env=env, capture_output=True, text=True, timeout=TIMEOUT,
-        )  # fmt: skip
+            [
+                "sbatch",
+                "--parsable",
+                f"--nodelist={node}",
+                f"--chdir={tmp_path}",
+                f"--output={said}/{node}-%j.out",
+                *extra,
+                f"--wrap={job}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
 
     def started(host: str) -> list[str]:
         return [p.name for p in witness.glob(f"started-{host}-*")]
@@ -151,14 +161,14 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
         assert res.returncode == 0, res.stderr
         jobs[node] = res.stdout.strip().split(";")[0]
     # Both runs are claiming tasks before any task can end: they compete for the list.
-    wait_for("a task started on each node", lambda: started("node1") and started("node2"),
-             deadline)  # fmt: skip
+    wait_for("a task started on each node", lambda: started("node1") and started("node2"), deadline)
     (witness / "go").touch()
     # node2's run dies mid-run, its tasks with it, with no chance to write anything.
     wait_for("4 tasks started on node2", lambda: len(started("node2")) >= 4, deadline)
     assert kill_run(jobs["node2"]) >= 2  # the run and at least one task
-    wait_for("both jobs to leave the queue", lambda: not queued(slurm_cluster, *jobs.values()),
-             deadline)  # fmt: skip
+    wait_for(
+        "both jobs to leave the queue", lambda: not queued(slurm_cluster, *jobs.values()), deadline
+    )
 
     # The resubmission: the same job on a third node through a third client.
     res = submit("node3", gluster_dirs.reader, "--wait")
@@ -214,10 +224,10 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     # OUT's committed view: each ok task's three records, of its ok attempt, once.
     ok_attempt = {r["tasknum"]: r["attempt"] for r in ends if r["status"] == "ok"}
     size = max(int(r["out_offset"]) + int(r["bytes"]) for r in ends if r["out_offset"])
-    wait_for("OUT's bytes through the reader's mount", lambda: out.stat().st_size >= size,
-             deadline)  # fmt: skip
-    cat = subprocess.run([*zotsink_cmd, "cat", str(out)], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    wait_for("OUT's bytes through the reader's mount", lambda: out.stat().st_size >= size, deadline)
+    cat = subprocess.run(
+        [*zotsink_cmd, "cat", str(out)], capture_output=True, text=True, timeout=60
+    )
     assert cat.returncode == 0, cat.stderr
     header, *records = cat.stdout.splitlines()
     assert header == "task\tattempt\thost\ti"
@@ -227,8 +237,9 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     )
     assert got == want
     # ... while OUT itself also holds the failed attempts' lines, which the view leaves out.
-    every = subprocess.run([*zotsink_cmd, "cat", "--all", str(out)], capture_output=True,
-                           text=True, timeout=60)  # fmt: skip
+    every = subprocess.run(
+        [*zotsink_cmd, "cat", "--all", str(out)], capture_output=True, text=True, timeout=60
+    )
     assert every.returncode == 0, every.stderr
     # Every attempt that ended appended its three lines; the killed ones appended nothing.
     assert len(every.stdout.splitlines()) - 1 == 3 * len(ends)
@@ -236,8 +247,10 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
 
     status = subprocess.run(
         [*zotsink_cmd, "status", str(gluster_dirs.reader / "tasks.txt"), str(out), "--json"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert status.returncode == 1
     counts = json.loads(status.stdout)["counts"]
     assert {k: v for k, v in counts.items() if v} == {"ok": N - len(ALWAYS), "failed": len(ALWAYS)}
