@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Make N EuroSAT-like 64x64 RGB images and a task list naming them, one per line.
 
-    seed_images.py DIR N [--tasks FILE]
+    seed_images.py DIR N [--tasks FILE] [--format png|jpeg]
 
 EuroSAT tiles are 64x64 satellite crops of ten land-cover classes. These are stand-ins of
-the same size and kind, made with the standard library only: each image is a grid of 8x8
-patches in the colours of one class (forest, water, crops, urban, ...), with per-pixel
-noise, written as binary PPM (P6). Image i is the same on every run (seeded by i), so
-results can be compared across runs. The task list (default DIR/tasks.txt) holds the
-images' absolute paths in order: task number i is image i.
+the same size and kind: each image is a grid of 8x8 patches in the colours of one class
+(forest, water, crops, urban, ...), with per-pixel noise, written with Pillow as PNG (or
+JPEG, as EuroSAT ships them), so the per-image step (seed_step.py) decodes a real image
+format as the seed does. Image i is the same on every run (seeded by i), so results can be
+compared across runs. The task list (default DIR/tasks.txt) holds the images' absolute
+paths in order: task number i is image i.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import argparse
 import os
 import random
 import sys
+
+from PIL import Image
 
 SIZE = 64
 PATCH = 8
@@ -38,7 +41,7 @@ NOISE = bytes(b & 0x1F for b in range(256))
 
 
 def image(index: int) -> tuple[str, bytes]:
-    """(class name, the PPM bytes) of image ``index``."""
+    """(class name, the RGB pixel bytes, row by row) of image ``index``."""
     rng = random.Random(index)
     name, palette = CLASSES[index % len(CLASSES)]
     rows = []
@@ -49,7 +52,7 @@ def image(index: int) -> tuple[str, bytes]:
     noise = rng.randbytes(len(base)).translate(NOISE)
     # XOR with values under 32 leaves every channel near its patch colour
     pixels = (int.from_bytes(base, "big") ^ int.from_bytes(noise, "big")).to_bytes(len(base), "big")
-    return name, b"P6\n%d %d\n255\n" % (SIZE, SIZE) + pixels
+    return name, pixels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir")
     parser.add_argument("n", type=int)
     parser.add_argument("--tasks", help="task list to write (default DIR/tasks.txt)")
+    parser.add_argument("--format", choices=("png", "jpeg"), default="png")
     args = parser.parse_args(argv)
     if args.n < 1:
         parser.error("N must be at least 1")
@@ -64,10 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for i in range(args.n):
-        name, data = image(i)
-        path = os.path.join(out_dir, f"{name}_{i:05d}.ppm")
-        with open(path, "wb") as f:
-            f.write(data)
+        name, pixels = image(i)
+        path = os.path.join(out_dir, f"{name}_{i:05d}.{'jpg' if args.format == 'jpeg' else 'png'}")
+        Image.frombytes("RGB", (SIZE, SIZE), pixels).save(path, args.format.upper())
         paths.append(path)
     tasks = args.tasks or os.path.join(out_dir, "tasks.txt")
     with open(tasks, "w") as f:

@@ -62,7 +62,7 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
     job = (
         f"{zotsink} run {tasks} {out} --chunk {CHUNK} --jobs auto"
         " --kv --columns filename,min,max,mean --stamp host,tasknum"
-        f" -- {sys.executable} {SCRIPTS / 'seed_process.py'} {{}}"
+        f" -- {sys.executable} {SCRIPTS / 'seed_step.py'} {{}}"
     )
     # What the tasks say goes beside the job's directory, not into it (which must stay
     # empty) and not to /dev/null as in the templates: a failure here must say why.
