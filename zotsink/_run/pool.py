@@ -52,6 +52,9 @@ __all__ = ["COMMIT_WINDOW", "Pool", "Progress", "Tasking"]
 #: part of its own time, and a crash loses at most this long of finished work (which the
 #: next run does again: nothing of it is claimed).
 COMMIT_WINDOW: Final = 0.25
+#: The window's bound for tasks of a second or more: the window is twice the mean time of a
+#: task, within COMMIT_WINDOW and this, so that a few of them share a commit too.
+MAX_COMMIT_WINDOW: Final = 2.0
 #: Seconds between two calls of the progress callback.
 PROGRESS_EVERY: Final = 0.5
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
@@ -173,6 +176,8 @@ class Pool:
         self.halted: str | None = None  # why run stopped starting tasks early
         self.ending: list[_Proc] = []  # ended, waiting for their group's commit
         self.first_end = 0.0  # when the first of them ended
+        self.mean_task: float | None = None  # seconds a task takes, recent ones weigh most
+        self.window = COMMIT_WINDOW  # how long the first to end waits for others
         self.ending_bytes = 0
         self.since_claim = 0  # attempts started since the last claim: how many to claim ahead
         self.claimed_at = self.began
@@ -246,7 +251,7 @@ class Pool:
         now = time.monotonic()
         waits = [self.log.due_in(now)]
         if self.ending:
-            waits.append(self.first_end + COMMIT_WINDOW - now)
+            waits.append(self.first_end + self.window - now)
         if self.progress is not None:
             waits.append(self.progress_at - now)
         for p in self.procs:
@@ -300,7 +305,7 @@ class Pool:
         return (
             self.stopping
             or not self.procs  # nothing else will end to share the appends
-            or now >= self.first_end + COMMIT_WINDOW
+            or now >= self.first_end + self.window
             or self.ending_bytes >= self.out.batch.max_bytes
         )
 
@@ -317,7 +322,7 @@ class Pool:
         rate = self.since_claim / max(now - self.claimed_at, 1e-3)
         # none before a task ran at all: a command that cannot start claims no more than
         # it fails (see HALT_AFTER)
-        ahead = math.ceil(rate * 2 * COMMIT_WINDOW) if self.started_ok else 0
+        ahead = math.ceil(rate * 2 * self.window) if self.started_ok else 0
         want = max(self._free(), 0) + ahead - len(self.ready)
         if not self.queue or self.stopping or self.halted is not None or want <= 0:
             self._write_ends()
@@ -733,6 +738,9 @@ class Pool:
     def _ended(self, proc: _Proc, now: float) -> None:
         """An attempt ended: it waits for its group's commit."""
         self.procs.remove(proc)
+        took = now - proc.started
+        self.mean_task = took if self.mean_task is None else 0.8 * self.mean_task + 0.2 * took
+        self.window = min(MAX_COMMIT_WINDOW, max(COMMIT_WINDOW, 2 * self.mean_task))
         if not self.ending:
             self.first_end = now
         self.ending.append(proc)
