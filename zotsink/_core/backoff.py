@@ -2,7 +2,9 @@
 
 Every wait of zotsink's own (a busy lock, a create race, a stale file handle, a network
 client that has not caught up yet) is a :class:`Policy` here and runs in :func:`tries`
-or :func:`retry_until`; nothing else in zotsink sleeps to wait for a file.
+or :func:`retry_until`; nothing else in zotsink sleeps to wait for a file. A wait for a
+lock that a stop signal may cut short runs in :func:`wait_for_lock`, the one loop around
+lock calls of zotsink's commands.
 
 Blocking kernel lock waits are avoided on purpose: a lost NFS lock callback leaves a blocked
 waiter hanging forever, while a poller keeps its deadline. Full jitter (a uniform draw from
@@ -15,7 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any, Final, TypeVar
+
+from ..errors import LockTimeout
+from .stop import STOP_LOCK_TIMEOUT, Stopper
 
 __all__ = [
     "CREATE_RACE",
@@ -24,17 +29,24 @@ __all__ = [
     "LOCK_WAIT",
     "MAX_DELAY",
     "STALE_HANDLE",
+    "STOP_CHECK",
     "Policy",
     "delays",
     "pause",
     "retry_until",
     "tries",
+    "wait_for_lock",
 ]
 
 #: Ceiling of the first sleep of a lock wait, in seconds.
 FIRST_DELAY: Final = 50e-6
 #: Ceiling the sleeps of a lock wait grow to, in seconds.
 MAX_DELAY: Final = 50e-3
+#: While a wait for a lock may be cut short by a stop signal, how often it looks for one
+#: (seconds): no single lock call of :func:`wait_for_lock` waits longer.
+STOP_CHECK: Final = 1.0
+
+T = TypeVar("T")
 
 
 class Policy:
@@ -184,3 +196,56 @@ def retry_until(
         if attempt():
             return True, n, 0.0 if n == 1 else clock() - start
     return False, n, clock() - start
+
+
+def wait_for_lock(
+    attempt: Callable[[float], T],
+    timeout: float,
+    *,
+    path: str,
+    stopper: Stopper | None = None,
+    stopping: bool = False,
+    after_stop: float = STOP_LOCK_TIMEOUT,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """``attempt(seconds)`` (one lock call, which raises :class:`LockTimeout` when the lock
+    is still held after that long), within ``timeout`` seconds in all, cut short by a stop.
+
+    A job told to stop (walltime warning, ``scancel``) may get SIGKILL within seconds. With a
+    ``stopper``, the wait runs in calls of at most :data:`STOP_CHECK` seconds, and looks at
+    its signal between them. Once a signal came (from the start when ``stopping``: the
+    caller is ending anyway), the wait goes on ``after_stop`` seconds more at most: what the
+    caller may still spend. A writer with records in hand gives :data:`STOP_LOCK_TIMEOUT`,
+    then saves them elsewhere; a reader, with nothing to save, gives 0.
+
+    The :class:`LockTimeout` raised tells the whole wait, not its last call, and names the
+    signal when one came; a wait that was one call raises that call's own.
+    """
+    if stopper is None and not stopping:
+        return attempt(timeout)  # nothing can cut the wait short: one call
+    start = now = clock()
+    deadline = start + timeout
+    stopped = False
+    calls = 0
+    while True:
+        if not stopped and (stopping or (stopper is not None and stopper.signum is not None)):
+            deadline = min(deadline, now + after_stop)
+            stopped = True  # from now on one last call up to the deadline
+        left = max(0.0, deadline - now)
+        if left <= STOP_CHECK:
+            break
+        try:
+            return attempt(STOP_CHECK)
+        except LockTimeout:
+            calls += 1
+            now = clock()
+    try:
+        return attempt(left)
+    except LockTimeout as e:
+        signum = None if stopper is None else stopper.signum
+        if not calls and signum is None:
+            raise
+        waited = f"the lock was still held by another writer after {round(clock() - start, 1):g} s"
+        if signum is not None:
+            waited = f"stopped by signal {signum} while waiting for its lock: {waited}"
+        raise LockTimeout(f"{path}: {waited}", path=path) from e

@@ -5,6 +5,10 @@ in blocks: :class:`BlockEncoder` turns a block into the bytes to append and sets
 lines aside, and a line over the limit is kept aside in a temporary file until it ends
 (:class:`LongLine`), never held whole in memory.
 
+A block that may not fit in memory (a run attempt's :class:`Held` output, a long line's
+record for OUT.rejects) is a :class:`Chunked` block: the outlet appends it in pieces under
+one lock hold, or saves it in pieces, without knowing where the pieces come from.
+
 Checking lines one at a time in Python costs several times what ``cat`` spends on the same
 bytes, so each block is first checked whole with C-speed scans: a NUL byte is one ``find``
 (``memchr``); the field count of tsv and unquoted csv lines is one ``translate`` that keeps
@@ -18,16 +22,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import IO, Final
+from typing import IO, Final, Protocol
 
 from ..errors import RecordError, UsageError
 from .kv import parse_kv
 from .pump import pad_heap
 from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
 from .stamp import utc_now
-from .writer import Writer
 
-__all__ = ["HOLD_IN_MEMORY", "UNCOUNTED", "BlockEncoder", "Held", "LongLine", "lines_of"]
+__all__ = [
+    "HOLD_IN_MEMORY",
+    "UNCOUNTED",
+    "BlockEncoder",
+    "Chunked",
+    "Held",
+    "LongLine",
+    "lines_of",
+]
 
 #: The count BlockEncoder.encode gives for lines that pass through without being counted.
 UNCOUNTED: Final = -1
@@ -36,6 +47,21 @@ UNCOUNTED: Final = -1
 #: Input bytes after which a stream that allocates per batch asks for a padded heap: about
 #: where the page faults it saves have paid for ``import ctypes`` (see BENCHMARKS.md).
 PAD_AFTER: Final = 4 << 20
+
+
+class Chunked(Protocol):
+    """A block of whole lines read in pieces: what the outlet appends or saves without
+    ever holding it whole, unless it is small."""
+
+    size: int  # bytes in all
+
+    def in_memory(self) -> bytes | None:
+        """The whole block, when it is small enough to be in memory; else None."""
+        ...
+
+    def chunks(self) -> Iterator[bytes]:
+        """The block in pieces, from its start (each call reads it again)."""
+        ...
 
 
 def lines_of(data: bytes | memoryview, n: int) -> int:
@@ -186,7 +212,7 @@ class LongLine:
         self.where = where  # the line's name in OUT.rejects: "line N" or "byte N"
         self.size = 0  # bytes so far, newline not included
         try:  # beside OUT: node-local /tmp may be far smaller than a line can be
-            # Closed by finish(), which every path that creates one reaches.
+            # Closed by close(), which every path that creates one reaches.
             self.tmp: IO[bytes] = tempfile.TemporaryFile(dir=os.path.dirname(out) or ".")  # noqa: SIM115
         except OSError:
             self.tmp = tempfile.TemporaryFile()  # noqa: SIM115
@@ -195,29 +221,39 @@ class LongLine:
         self.tmp.write(piece)
         self.size += len(piece)
 
-    def finish(self, reason: str, rejects: Writer, *, timeout: float) -> None:
-        """Append ``reason<TAB>line`` to OUT.rejects as one record, under one lock hold.
-
-        Read back from the temporary file, not from the producer: the lock is held only as
-        long as a local copy takes.
+    def refused(self, reason: str) -> Chunked:
+        """The line as one record of OUT.rejects, ``reason<TAB>line``: a :class:`Chunked`
+        block read back from the temporary file, not from the producer, so that the lock is
+        held only as long as a local copy takes. :meth:`close` once it is appended or saved.
         """
-        tmp = self.tmp
+        return _Refused(reason.encode() + b"\t", self.tmp, self.size)
+
+    def close(self) -> None:
+        self.tmp.close()
+
+
+class _Refused:
+    """A line over the limit with its reason in front: :meth:`LongLine.refused`."""
+
+    def __init__(self, head: bytes, tmp: IO[bytes], size: int) -> None:
+        self._head = head
+        self._tmp = tmp
+        self.size = len(head) + size + 1
+
+    def in_memory(self) -> bytes | None:
+        return None  # over the line limit: never one bytes object
+
+    def chunks(self) -> Iterator[bytes]:
+        tmp = self._tmp
         tmp.flush()
         tmp.seek(0)
-
-        def chunks() -> Iterator[bytes]:
-            yield reason.encode() + b"\t"
-            while True:
-                piece = tmp.read(1 << 20)
-                if not piece:
-                    break
-                yield piece
-            yield b"\n"
-
-        try:
-            rejects.append_chunks(chunks(), timeout=timeout)
-        finally:
-            tmp.close()
+        yield self._head
+        while True:
+            piece = tmp.read(1 << 20)
+            if not piece:
+                break
+            yield piece
+        yield b"\n"
 
 
 #: What one task's held output keeps in memory before it moves to a temporary file.

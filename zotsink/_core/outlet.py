@@ -10,34 +10,39 @@ The stream (``producer | zotsink OUT``), ``zotsink run`` (OUT, the log and the l
 ``Sink``, ``append_record`` and ``collect`` all append through an :class:`Outlet`; nothing
 else calls :meth:`Writer.append` for records.
 
-Waiting for the lock looks at the stop signal: a job told to stop (walltime warning,
-``scancel``) may get SIGKILL within seconds, so the wait runs in slices that look at the
-:class:`~zotsink._core.stop.Stopper` and ends :data:`STOP_LOCK_TIMEOUT` after a stop was
-seen. Once a wait has timed out, the lock's holder is stuck: later batches wait no longer
-than :data:`HURRIED_WAIT` before they are spilled, until an append goes through again (a
-run of a hundred tasks must not wait the whole ``--timeout`` a hundred times).
+Waiting for the lock looks at the stop signal (:func:`.backoff.wait_for_lock`): a job told
+to stop (walltime warning, ``scancel``) may get SIGKILL within seconds, so the wait ends
+:data:`.stop.STOP_LOCK_TIMEOUT` after a stop was seen, and the block is spilled. Once a wait has
+timed out, the lock's holder is stuck: later batches wait no longer than
+:data:`HURRIED_WAIT` before they are spilled, until an append goes through again (a run of
+a hundred tasks must not wait the whole ``--timeout`` a hundred times).
+
+A block is a bytes object, a view of a read buffer, or a :class:`~.blocks.Chunked` block
+(a run attempt's held output, a line over the limit with its reason), which is appended
+in pieces under one lock hold and saved in pieces.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Union
 
 from ..errors import HeaderMismatch, LockError, LockTimeout, WriteError, ZotsinkError
+from .backoff import wait_for_lock
 from .batch import Batch
-from .blocks import UNCOUNTED, Held, LongLine, lines_of
+from .blocks import UNCOUNTED, Chunked, LongLine, lines_of
 from .fileio import split_lines
 from .records import Encoder
 from .sidefiles import rejects_path, save, side_mode
-from .stop import STOP_LOCK_TIMEOUT, Stopper
+from .stop import Stopper
 from .writer import Writer
 
-__all__ = ["Outcome", "Outlet", "reject"]
+__all__ = ["Block", "Outcome", "Outlet", "reject"]
 
-#: While a batch waits for the lock, how often the wait looks for a stop signal (seconds).
-_STOP_CHECK: Final = 1.0
+#: What the outlet appends: encoded lines in memory (a view of a read buffer too), or a
+#: :class:`~.blocks.Chunked` block read in pieces.
+Block = Union[bytes, memoryview, Chunked]
 #: The longest wait for the lock once a wait of this outlet timed out, until an append goes
 #: through again: the holder is stuck, and each later batch is better spilled at once.
 HURRIED_WAIT: Final = 1.0
@@ -136,19 +141,20 @@ class Outlet:
             self.writer.set_header(enc.header_line())
 
     # -- appending ------------------------------------------------------------------------
-    def write(self, data: bytes | memoryview | Held, count: int) -> ZotsinkError | None:
+    def write(self, data: Block, count: int) -> ZotsinkError | None:
         """Append a block of ``count`` records (:data:`UNCOUNTED` when not counted) now.
 
         None when it is in OUT (``writer.last_at`` says where it begins); else the error,
         after the block was saved to the rejects file or a spill file (the error's
         ``spill_path`` and message say where). Raises only when the block could be saved
         nowhere. ``data`` may be a view of a read buffer (copied only when it has to be
-        saved elsewhere) or a :class:`Held` block, appended in pieces under one lock hold.
+        saved elsewhere) or a :class:`~.blocks.Chunked` block, appended in pieces under one
+        lock hold unless it is small.
         """
-        if isinstance(data, Held):
+        if not isinstance(data, (bytes, memoryview)):
             small = data.in_memory()
             if small is None:
-                return self._write_held(data, count)
+                return self._write_chunked(data, count)
             data = small
         if not data:
             return None
@@ -182,22 +188,23 @@ class Outlet:
         if err is not None:
             raise err
 
-    def _write_held(self, held: Held, count: int) -> ZotsinkError | None:
+    def _write_chunked(self, block: Chunked, count: int) -> ZotsinkError | None:
         """A block too large for memory, appended in pieces under one lock hold."""
         try:
-            self._attempt(lambda t: self.writer.append_chunks(held.chunks(), timeout=t))
+            self._attempt(lambda t: self.writer.append_chunks(block.chunks(), timeout=t))
         except (HeaderMismatch, LockError, WriteError) as e:
-            return self._saved(held, count, e)
+            return self._saved(block, count, e)
         self._hurried(False)
-        self.appended += held.size
+        self.appended += block.size
         self.records += count
         return None
 
-    def _saved(self, block: bytes | memoryview | Held, count: int, e: ZotsinkError) -> ZotsinkError:
+    def _saved(self, block: Block, count: int, e: ZotsinkError) -> ZotsinkError:
         """Save a block OUT did not take where the user will look; the error, saying where."""
+        whole = isinstance(block, (bytes, memoryview))
         if isinstance(e, HeaderMismatch):
             # Nothing was written to OUT: the records go to OUT.rejects, as they are.
-            pieces = block.chunks() if isinstance(block, Held) else (bytes(block),)
+            pieces = (bytes(block),) if whole else block.chunks()
             items = [("header mismatch", ln) for ln in split_lines(pieces)]
             self._reject_items(items, e)
             e.message += f"; the {len(items)} records were saved to {e.spill_path}"
@@ -205,8 +212,8 @@ class Outlet:
         if isinstance(e, LockTimeout):
             self._hurried(True)
         # raises when no place could take it
-        save(self.writer, e, block.chunks if isinstance(block, Held) else bytes(block))
-        self.spilled += count if isinstance(block, Held) else lines_of(block, count)
+        save(self.writer, e, bytes(block) if whole else block.chunks)
+        self.spilled += lines_of(block, count) if whole else count
         assert e.spill_path is not None
         if e.spill_path not in self.spill_paths:
             self.spill_paths.append(e.spill_path)
@@ -240,40 +247,15 @@ class Outlet:
         return e
 
     def _attempt(self, append: Callable[[float], object]) -> None:
-        """``append(timeout)`` (one locked append) with a wait that looks at the stop signal
-        (see the module's text), or, after a timeout, a short one."""
-        stopper = self.stopper
-        start = now = time.monotonic()
-        deadline = start + (min(self.timeout, HURRIED_WAIT) if self._hurry else self.timeout)
-        slices = 0
-        capped = False
-        while True:
-            if not capped and (
-                self.stopping or (stopper is not None and stopper.signum is not None)
-            ):
-                deadline = min(deadline, now + STOP_LOCK_TIMEOUT)
-                capped = True  # from now on one last wait up to the deadline
-            left = max(0.0, deadline - now)
-            if left <= _STOP_CHECK:
-                break
-            try:
-                append(_STOP_CHECK)
-                return
-            except LockTimeout:
-                self.writer.lock_wait += time.monotonic() - now
-                slices += 1
-                now = time.monotonic()
-        try:
-            append(left)
-        except LockTimeout as e:
-            if not slices:
-                raise
-            # the message gives the whole wait, not the last slice's
-            waited = round(time.monotonic() - start, 1)
-            raise LockTimeout(
-                f"{self.writer.path}: the lock was still held by another writer after {waited:g} s",
-                path=self.writer.path,
-            ) from e
+        """``append(timeout)`` (one locked append) with the wait that looks at the stop
+        signal, or, after a timeout, a short one (see the module's text)."""
+        wait_for_lock(
+            append,
+            min(self.timeout, HURRIED_WAIT) if self._hurry else self.timeout,
+            path=self.writer.path,
+            stopper=self.stopper,
+            stopping=self._stopping,
+        )
 
     # -- refused records ------------------------------------------------------------------
     def reject(self, items: Sequence[tuple[str, bytes]]) -> None:
@@ -282,15 +264,20 @@ class Outlet:
             self._reject_items(items, None)
 
     def reject_long(self, long: LongLine, why: str) -> None:
-        """A line over the limit, read back from its temporary file into OUT.rejects."""
-        long.finish(f"{long.where}: {why}", self._rejects_outlet().writer, timeout=self.timeout)
-        self.rejects_file = self._rejects_outlet().writer.path
-        self.rejected += 1
+        """A line over the limit, read back from its temporary file into OUT.rejects (or its
+        spill file), with the same wait as every block; the temporary file is closed."""
+        try:
+            self._to_rejects(long.refused(f"{long.where}: {why}"), 1, None)
+        finally:
+            long.close()
 
     def _reject_items(self, items: Sequence[tuple[str, bytes]], cause: Exception | None) -> None:
-        rej = self._rejects_outlet()
         data, n = _reject_lines(items)
-        err = rej.write(data, n)
+        self._to_rejects(data, n, cause)
+
+    def _to_rejects(self, block: Block, n: int, cause: Exception | None) -> None:
+        rej = self._rejects_outlet()
+        err = rej.write(block, n)
         if err is not None:
             self.error = self.error or err
         where = rej.writer.path if err is None else err.spill_path

@@ -10,17 +10,13 @@ every writer. OUT, the ledger and the pack index are all read this way.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
-from typing import Final
 
-from ..errors import InputError, LockTimeout
+from ..errors import InputError
+from .backoff import wait_for_lock
 from .fileio import file_kind, open_regular, pread_chunks
 from .locking import Locker, open_locked
 from .stop import Stopper
-
-#: While a reader waits for the lock, how often it looks for a stop signal (seconds).
-_STOP_CHECK: Final = 1.0
 
 __all__ = ["iter_snapshot", "snapshot"]
 
@@ -47,34 +43,19 @@ def snapshot(
     """Open OUT and read its size under a shared lock: ``(fd, size)``; the caller closes fd.
 
     With ``stopper`` (a command that catches stop signals, such as ``run`` reading its
-    ledger) the wait for the lock ends soon after a stop signal, with :class:`LockTimeout`:
-    anyone who can read the file can hold its lock.
+    ledger) the wait for the lock ends at a stop signal, with :class:`LockTimeout` naming it
+    (:func:`.backoff.wait_for_lock`): anyone who can read the file can hold its lock.
     """
     p = os.fspath(path)
     locker = Locker(lock, p)
-    deadline = time.monotonic() + timeout
-    while True:
-        left = max(0.0, deadline - time.monotonic())
-        step = timeout if stopper is None else min(left, _STOP_CHECK)
-        try:
-            (fd, _dev, _ino), st, _waited = open_locked(
-                p, lambda: _open_for_reading(p), locker, step, shared=True
-            )
-            break
-        except LockTimeout:
-            if stopper is not None and stopper.signum is not None:
-                raise LockTimeout(
-                    f"{p}: stopped by signal {stopper.signum} while waiting for its lock "
-                    "(held by another process)",
-                    path=p,
-                ) from None
-            if stopper is None:
-                raise
-            if step >= left:  # the whole wait, not its last slice
-                raise LockTimeout(
-                    f"{p}: the lock was still held by another writer after {timeout:g} s",
-                    path=p,
-                ) from None
+    # A reader has nothing to save at a stop: its wait ends with the signal (after_stop=0).
+    (fd, _dev, _ino), st, _waited = wait_for_lock(
+        lambda t: open_locked(p, lambda: _open_for_reading(p), locker, t, shared=True),
+        timeout,
+        path=p,
+        stopper=stopper,
+        after_stop=0.0,
+    )
     try:
         locker.release()
     except BaseException:

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
-from ..errors import HeaderMismatch, LockError, UsageError, WriteError
+from ..errors import HeaderMismatch, LockError, LockTimeout, UsageError, WriteError
 from .backoff import HEADER_SETTLE, tries
 from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
@@ -250,7 +250,13 @@ class Writer:
         locked = self._lock_held()
         if locked is None:
             held, self._held = self._held, None  # open_locked owns it until it returns
-            held, st, waited = open_locked(self.path, self._open, self.locker, timeout, held=held)
+            try:
+                held, st, waited = open_locked(
+                    self.path, self._open, self.locker, timeout, held=held
+                )
+            except LockTimeout:
+                self.lock_wait += timeout  # a wait that timed out was waited all the same
+                raise
             self._held = held
             if waited:
                 self.lock_wait += waited
