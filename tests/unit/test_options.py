@@ -4,6 +4,8 @@ door refuses the same values with the same words, before anything is read or wri
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,20 @@ def _collect(out: Path, **kw: Any) -> None:
     zotsink.collect([src], out, **kw)
 
 
+def _member(out: Path, **kw: Any) -> None:
+    zotsink.append_member(out, "m", b"x", **kw)
+
+
+def _members(out: Path, **kw: Any) -> None:
+    zotsink.append_members(out, {"m": b"x"}, **kw)
+
+
+def _pack(out: Path, **kw: Any) -> None:
+    src = out.parent / "m.bin"
+    src.write_bytes(b"x")
+    zotsink.pack_files(out, [str(src)], **kw)
+
+
 DOORS: dict[str, tuple[Callable[..., None], set[str]]] = {
     "append_stream": (
         _stream,
@@ -82,6 +98,9 @@ DOORS: dict[str, tuple[Callable[..., None], set[str]]] = {
     ),
     "append_record": (_record, {"format", "stamp", "lock", "sync", "timeout"}),
     "collect": (_collect, {"lock", "sync", "timeout", "batch_bytes"}),
+    "append_member": (_member, {"lock", "sync", "timeout"}),
+    "append_members": (_members, {"lock", "sync", "timeout"}),
+    "pack_files": (_pack, {"lock", "sync", "timeout"}),
 }
 
 
@@ -137,3 +156,42 @@ def test_run_options_are_worded_as_the_shared_ones(tmp_path: Path) -> None:
             _run(out, **kw)
         assert words in e.value.message
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"timeout": float("nan")},
+        {"timeout": float("inf")},
+        {"timeout": -1.0},
+        {"sync": "always"},
+        {"lock": "posix"},
+    ],
+    ids=repr,
+)
+def test_pack_refuses_what_append_record_refuses_in_the_same_words(
+    tmp_path: Path, bad: dict[str, Any]
+) -> None:
+    with pytest.raises(Exception) as record:
+        zotsink.append_record(tmp_path / "out.txt", "x", **bad)
+    with pytest.raises(Exception) as member:
+        zotsink.append_member(tmp_path / "a.tar", "m", b"x", **bad)
+    assert type(member.value) is type(record.value) is UsageError
+    assert str(member.value) == str(record.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "bad", [("--timeout", "nan"), ("--timeout", "-1"), ("--sync", "always")], ids=" ".join
+)
+def test_zotsink_pack_exits_as_zotsink_append_does(tmp_path: Path, bad: tuple[str, str]) -> None:
+    (tmp_path / "m.bin").write_bytes(b"x")
+
+    def zotsink_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+        cmd = [sys.executable, "-m", "zotsink", *args, *bad]
+        return subprocess.run(cmd, cwd=tmp_path, input=b"x\n", capture_output=True, timeout=60)
+
+    append = zotsink_cli("append", "out.txt")
+    pack = zotsink_cli("pack", "a.tar", "m.bin")
+    assert append.returncode == pack.returncode == 2, (append.stderr, pack.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.bin"]

@@ -26,6 +26,7 @@ from .._core.backoff import STALE_HANDLE, tries
 from .._core.fileio import fresh_stat, open_created, side_file_problem, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
+from .._core.options import WriteOptions, write_options
 from .._core.stamp import stamp_values, utc_now
 from .._core.writer import seen_to, until_seen
 from ..errors import LockError, RecordError, UsageError, WriteError, ZotsinkError, ZotsinkWarning
@@ -265,50 +266,40 @@ def append_members(
     ``spill_path``. ``seal`` ends the archive with the two zero blocks of a finished tar, for
     export; the next append removes them.
     """
+    # the shared options, refused in the words of every other writer
+    opts = write_options(lock=lock, sync=sync, timeout=timeout)
     raw = members.items() if isinstance(members, Mapping) else members
     items = [m if isinstance(m, Pending) else Pending(m[0], m[1]) for m in raw]
-    return append_pending(
-        path,
-        items,
-        replace=replace,
-        lock=lock,
-        sync=sync,
-        timeout=timeout,
-        max_member=max_member,
-        seal=seal,
-    )
+    return append_pending(path, items, opts, replace=replace, max_member=max_member, seal=seal)
 
 
 def append_pending(
     path: str | os.PathLike[str],
     items: list[Pending],
+    opts: WriteOptions,
     *,
     replace: bool = False,
-    lock: str = "auto",
-    sync: str = "auto",
-    timeout: float = 600.0,
     max_member: int = MAX_MEMBER,
     seal: bool = False,
     spill: bool = True,
 ) -> list[Row]:
-    """:func:`append_members` for members with their own attributes; ``spill=False`` raises
-    without saving them (for :func:`.recover.recover_archive`, whose spill file has them)."""
+    """:func:`append_members` for members with their own attributes, with the lock, sync
+    and timeout of ``opts`` (:func:`.options.write_options`, built by the caller at its
+    edge); ``spill=False`` raises without saving them (for :func:`.recover.recover_archive`,
+    whose spill file has them)."""
     path = os.fspath(path)
     if path == "-":  # a tar on standard output is `tar cf - FILE...`: pack appends to a file
         raise UsageError(
             "ARCHIVE - would be a file named '-': pack appends to a named, shared tar; name it"
         )
-    if sync not in ("auto", "fsync", "none"):
-        raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
-    if timeout < 0:
-        raise UsageError(f"--timeout must not be negative, not {timeout!r}")
     if not items:
         return []
     blob, rows = _build(items, max_member)  # checks each name first
     _refuse_long_components(items)
-    locker = Locker(lock, path)
+    locker = Locker(opts.lock, path)
     remote = wants_fsync(path)  # a network or FUSE filesystem
-    fsync = sync == "fsync" or (sync == "auto" and remote)
+    fsync = opts.sync == "fsync" or (opts.sync == "auto" and remote)
+    timeout = opts.timeout
     try:
         return _append_locked(path, blob, rows, locker, timeout, fsync, remote, replace, seal)
     except (LockError, WriteError) as e:  # LockTimeout is a LockError

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from .._core.fileio import file_kind, open_regular, same_file
+from .._core.options import write_options
 from .._core.sidefiles import spill_name_problem
 from .._core.stamp import parse_stamp, stamp_values
 from ..errors import InputError, RecordError, UsageError
@@ -90,6 +91,7 @@ def pack_files(
     name; ``prefix`` defaults to :func:`default_prefix` (``<job>_<task>/`` in a job array).
     """
     archive = os.fspath(archive)
+    opts = write_options(lock=lock, sync=sync, timeout=timeout)  # before anything is read
     if not files:
         raise UsageError("give at least one FILE, or - for stdin")
     if name is not None and len(files) != 1:
@@ -111,16 +113,7 @@ def pack_files(
         else:
             item = read_file(f, max_member)
         items.append(item._replace(name=name if name is not None else prefix + item.name))
-    return append_pending(
-        archive,
-        items,
-        replace=replace,
-        lock=lock,
-        sync=sync,
-        timeout=timeout,
-        max_member=max_member,
-        seal=seal,
-    )
+    return append_pending(archive, items, opts, replace=replace, max_member=max_member, seal=seal)
 
 
 def _refuse_own(archive: str, files: Sequence[str]) -> None:

@@ -19,6 +19,7 @@ import os
 from typing import NamedTuple
 
 from .._core.fileio import fsync_dir, pread_chunks
+from .._core.options import WriteOptions, write_options
 from .._core.sidefiles import find_spills
 from .._core.spilltake import Refused, check_spill_names, locked_spill
 from ..errors import UsageError
@@ -63,6 +64,8 @@ def recover_archive(
     reason; one that is taken is read, appended and removed under its writer's lock.
     """
     path = os.fspath(path)
+    # members go in fsynced whatever the filesystem: the spill tar is removed after
+    opts = write_options(lock=lock, sync="fsync", timeout=timeout)
     if spills is None:
         paths = find_spills(path)
     else:
@@ -77,10 +80,10 @@ def recover_archive(
     )
     for p in paths:
         try:
-            with locked_spill(p, lock, timeout, advice) as taken:
+            with locked_spill(p, opts.lock, opts.timeout, advice) as taken:
                 if taken is None:
                     continue  # another recover took it
-                n, old = _recover_one(path, p, taken[0], taken[1].st_size, lock, timeout)
+                n, old = _recover_one(path, p, taken[0], taken[1].st_size, opts)
                 added += n
                 skipped += old
         except Refused as e:
@@ -131,9 +134,7 @@ class _Superseded(Exception):
         self.added, self.skipped = added, skipped
 
 
-def _recover_one(
-    path: str, spill: str, fd: int, size: int, lock: str, timeout: float
-) -> tuple[int, int]:
+def _recover_one(path: str, spill: str, fd: int, size: int, opts: WriteOptions) -> tuple[int, int]:
     """Append the members of one locked spill tar and remove it: ``(added, skipped)``."""
     data = b"".join(pread_chunks(fd, size))
     items, damage = _members(data)
@@ -150,16 +151,7 @@ def _recover_one(
         todo.append(it)
     # replace: a spilled member is one this archive was meant to have; if an older member
     # of that name is there, both stay, the spilled one last.
-    append_pending(
-        path,
-        todo,
-        replace=True,
-        lock=lock,
-        sync="fsync",
-        timeout=timeout,
-        max_member=1 << 62,
-        spill=False,
-    )
+    append_pending(path, todo, opts, replace=True, max_member=1 << 62, spill=False)
     skipped = len(items) - len(todo) - len(newer)
     if damage is not None:
         raise _Damaged(damage, len(todo), skipped)
