@@ -298,3 +298,27 @@ def test_sigterm_ends_a_run_waiting_for_the_ledger_s_lock(
     assert proc.returncode == 75, err.decode()
     assert "out.txt.ledger: stopped by signal 15 while waiting for its lock" in err.decode()
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_a_line_over_the_limit_waits_and_spills_as_every_block_does(
+    tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]], hold
+) -> None:
+    """A line over the limit goes to OUT.rejects through the outlet: when that file's lock
+    is held past --timeout, the line is saved whole to its spill file and counted, never
+    dropped."""
+    from zotsink._core.records import MAX_LINE
+
+    (tmp_path / "out.txt.rejects").write_bytes(b"")
+    holder = hold(tmp_path / "out.txt.rejects")
+    long = b"x" * (MAX_LINE + 1)
+    r = zotsink("append", "out.txt", "--timeout", "0.3", input=b"a\n" + long + b"\nb\n")
+    holder.communicate(b"", timeout=30)
+    err = r.stderr.decode()
+    assert r.returncode == 75, err
+    assert (tmp_path / "out.txt").read_bytes() == b"a\nb\n"
+    assert (tmp_path / "out.txt.rejects").read_bytes() == b""
+    [spill] = spills(tmp_path, "out.txt.rejects")
+    head = f"byte 3: over the {MAX_LINE}-byte line limit\t".encode()
+    assert spill.read_bytes() == head + long + b"\n"
+    assert f"zotsink: 1 records refused; they are in {spill}" in err
+    assert "out.txt.rejects: the lock was still held by another writer after 0.3 s" in err

@@ -18,12 +18,16 @@ from zotsink._core.backoff import (
     LOCK_WAIT,
     MAX_DELAY,
     STALE_HANDLE,
+    STOP_CHECK,
     Policy,
     delays,
     pause,
     retry_until,
     tries,
+    wait_for_lock,
 )
+from zotsink._core.stop import STOP_LOCK_TIMEOUT, Stopper
+from zotsink.errors import LockTimeout
 
 
 def test_ceilings_double_from_50us_to_a_50ms_cap() -> None:
@@ -161,3 +165,88 @@ def test_a_stale_handle_at_out_s_header_is_retried_then_raised(
     with pytest.raises(OSError) as e:
         header.existing_header(str(out))
     assert e.value.errno == errno.ESTALE and len(calls) == 2
+
+
+# -- the stop-aware lock wait ---------------------------------------------------------------
+
+
+class HeldLock:
+    """Lock calls on a lock another process holds: each waits its whole timeout on a fake
+    clock, and a stop signal comes after ``signal_at`` seconds."""
+
+    def __init__(self, stopper: Stopper, signal_at: float = float("inf")) -> None:
+        self.now = 100.0
+        self.calls: list[float] = []
+        self.stopper = stopper
+        self.signal_at = 100.0 + signal_at
+
+    def clock(self) -> float:
+        return self.now
+
+    def attempt(self, timeout: float) -> None:
+        self.calls.append(timeout)
+        self.now += timeout
+        if self.now >= self.signal_at:
+            self.stopper.signum = 15
+        raise LockTimeout(f"out: the lock was still held by another writer after {timeout:g} s")
+
+
+def test_a_wait_nothing_can_stop_is_one_lock_call() -> None:
+    held = HeldLock(Stopper())
+    with pytest.raises(LockTimeout, match=r"after 600 s$"):
+        wait_for_lock(held.attempt, 600.0, path="out", clock=held.clock)
+    assert held.calls == [600.0]
+
+
+def test_a_stoppable_wait_looks_at_the_signal_between_calls_and_tells_the_whole_wait() -> None:
+    held = HeldLock(Stopper())
+    with pytest.raises(LockTimeout) as e:
+        wait_for_lock(held.attempt, 3.5, path="out", stopper=held.stopper, clock=held.clock)
+    assert held.calls == [STOP_CHECK, STOP_CHECK, STOP_CHECK, 0.5]
+    assert e.value.message == "out: the lock was still held by another writer after 3.5 s"
+
+
+def test_a_writer_waits_stop_lock_timeout_more_after_a_signal_then_says_it() -> None:
+    held = HeldLock(Stopper(), signal_at=2.0)
+    with pytest.raises(LockTimeout) as e:
+        wait_for_lock(held.attempt, 600.0, path="out", stopper=held.stopper, clock=held.clock)
+    assert sum(held.calls) == pytest.approx(2.0 + STOP_LOCK_TIMEOUT)
+    assert max(held.calls) <= STOP_CHECK
+    assert e.value.message == (
+        "out: stopped by signal 15 while waiting for its lock: the lock was still held by "
+        f"another writer after {2.0 + STOP_LOCK_TIMEOUT:g} s"
+    )
+
+
+def test_a_reader_gives_up_at_the_signal_after_one_last_try() -> None:
+    held = HeldLock(Stopper(), signal_at=2.0)
+    with pytest.raises(LockTimeout, match=r"^ledger: stopped by signal 15 while waiting"):
+        wait_for_lock(
+            held.attempt,
+            600.0,
+            path="ledger",
+            stopper=held.stopper,
+            after_stop=0.0,
+            clock=held.clock,
+        )
+    assert held.calls == [STOP_CHECK, STOP_CHECK, 0.0]
+
+
+def test_a_caller_that_is_ending_waits_no_longer_than_after_a_signal() -> None:
+    held = HeldLock(Stopper())
+    with pytest.raises(LockTimeout, match=rf"after {STOP_LOCK_TIMEOUT:g} s$"):
+        wait_for_lock(held.attempt, 600.0, path="out", stopping=True, clock=held.clock)
+    assert sum(held.calls) == pytest.approx(STOP_LOCK_TIMEOUT)
+
+
+def test_the_wait_ends_when_a_call_gets_the_lock() -> None:
+    held = HeldLock(Stopper())
+    got = iter([False, False, True])
+
+    def attempt(timeout: float) -> str:
+        if next(got):
+            return "locked"
+        return held.attempt(timeout)  # type: ignore[func-returns-value]
+
+    assert wait_for_lock(attempt, 600.0, path="out", stopper=held.stopper) == "locked"
+    assert held.calls == [STOP_CHECK, STOP_CHECK]

@@ -151,3 +151,83 @@ def test_only_backoff_sleeps_in_the_write_path() -> None:
         for no in _sleeps(tree)
     ]
     assert found == [], "wait with a policy of zotsink._core.backoff (tries, pause, retry_until)"
+
+
+# -- one stop-aware lock wait: _core/backoff.py (wait_for_lock) ---------------------------
+
+#: Calls that take a lock or wait for one: a loop around any of them is a lock wait.
+LOCK_CALLS = frozenset(
+    {"flock", "lockf", "try_acquire", "try_now", "acquire", "open_locked", "wait_for_lock"}
+)
+#: Loops around a lock call that are not a second wait: (module, function) and why.
+LOCK_LOOPS = {
+    ("zotsink/_core/backoff.py", "wait_for_lock"),  # the owner: the stop-aware wait
+    # the lock kinds in turn (auto's fallback); each waits in backoff.retry_until
+    ("zotsink/_core/locking.py", "Locker.acquire"),
+    # the ONE open -> lock -> same-inode loop: a replaced file is opened again
+    ("zotsink/_core/locking.py", "open_locked"),
+    # a new spill file whose lock is busy is left for the next name, never waited for again
+    ("zotsink/_core/sidefiles.py", "spill"),
+}
+
+
+def _catches_lock_errors(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(
+        (isinstance(k, ast.Name) and k.id in ("LockTimeout", "LockError"))
+        or (isinstance(k, ast.Attribute) and k.attr in ("LockTimeout", "LockError"))
+        for k in kinds
+    )
+
+
+def _lock_loops(tree: ast.AST, where: str = "") -> Iterator[tuple[str, int]]:
+    """(function, line) of each ``while``/``for`` loop that calls a lock (LOCK_CALLS) or
+    goes round again after a lock error (an ``except LockTimeout`` inside it)."""
+    for node in ast.iter_child_nodes(tree):
+        inside = where
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inside = f"{where}.{node.name}" if where else node.name
+        if isinstance(node, (ast.While, ast.For, ast.AsyncFor)):
+            body = list(ast.walk(node))
+            calls = {
+                n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                for n in body
+                if isinstance(n, ast.Call)
+            }
+            if calls & LOCK_CALLS or any(
+                isinstance(n, ast.ExceptHandler) and _catches_lock_errors(n) for n in body
+            ):
+                yield inside, node.lineno
+        yield from _lock_loops(node, inside)
+
+
+def test_the_scan_sees_a_lock_wait_loop() -> None:
+    # the two shapes the stop-aware wait had before it had one owner
+    sliced = """
+def attempt(self, append):
+    while True:
+        try:
+            append(1.0)
+            return
+        except LockTimeout:
+            now = time.monotonic()
+"""
+    polled = """
+def snapshot(p, locker, timeout):
+    while True:
+        step = min(deadline - time.monotonic(), 1.0)
+        fd = open_locked(p, opener, locker, step, shared=True)
+"""
+    assert list(_lock_loops(ast.parse(sliced))) == [("attempt", 3)]
+    assert list(_lock_loops(ast.parse(polled))) == [("snapshot", 3)]
+    assert list(_lock_loops(ast.parse("for p in paths:\n    n += read(p)\n"))) == []
+
+
+def test_one_loop_waits_for_a_lock() -> None:
+    found = {(rel, function): no for rel, tree in _modules() for function, no in _lock_loops(tree)}
+    second = [
+        f"{rel}:{no} ({fn})" for (rel, fn), no in found.items() if (rel, fn) not in LOCK_LOOPS
+    ]
+    assert second == [], "wait for a lock with zotsink._core.backoff.wait_for_lock"
+    stale = sorted(key for key in LOCK_LOOPS if key not in found)
+    assert stale == [], "these no longer loop around a lock: take them off LOCK_LOOPS"
