@@ -8,12 +8,12 @@ first error is kept, and :meth:`Outlet.outcome` tells it all as one :class:`Outc
 
 The stream (``producer | zotsink OUT``), ``zotsink run`` (OUT, the log and the ledger),
 ``Sink``, ``append_record`` and ``collect`` all append through an :class:`Outlet`; nothing
-else calls :meth:`Writer.append` for records.
+else calls :meth:`Writer.append` for records, nor :meth:`Writer.append_chunks` at all.
 
 Waiting for the lock looks at the stop signal (:func:`.backoff.wait_for_lock`): a job told
 to stop (walltime warning, ``scancel``) may get SIGKILL within seconds, so the wait ends
-:data:`.stop.STOP_LOCK_TIMEOUT` after a stop was seen, and the block is spilled. Once a wait has
-timed out, the lock's holder is stuck: later batches wait no longer than
+:data:`.stop.STOP_LOCK_TIMEOUT` after a stop was seen, and the block is spilled. Once a
+wait has timed out, the lock's holder is stuck: later batches wait no longer than
 :data:`HURRIED_WAIT` before they are spilled, until an append goes through again (a run of
 a hundred tasks must not wait the whole ``--timeout`` a hundred times).
 

@@ -226,10 +226,11 @@ class Writer:
                 ) from e
 
     def append_chunks(self, chunks: Iterator[bytes], *, timeout: float) -> int:
-        """Append one record given as a stream of chunks, under one lock hold.
+        """Append whole lines given as a stream of chunks, under one lock hold.
 
-        For a record too large to hold in memory (an over-long line bound for the rejects
-        file). Nothing is spilled: on failure OUT is cut back and WriteError raised.
+        For a block too large to hold in memory (a run attempt's held output, a line over
+        the limit bound for the rejects file), called by the outlet only. Nothing is
+        spilled: on failure OUT is cut back and WriteError raised.
         """
         with self._mutex:
             return self._append(chunks, timeout)
