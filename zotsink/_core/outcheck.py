@@ -90,7 +90,7 @@ def check_side_file(path: str) -> None:
     that is a device: :func:`check_out`'s rule for the files written beside OUT. Lines
     for ``--log /dev/null`` would be refused at open, then spilled beside it, into
     ``/dev``. As for OUT, a FIFO or socket is refused at open, with the lines saved."""
-    kind = _device(path)
+    kind = _device(path, follow=False)  # a link planted there is refused at open
     if kind:
         raise UsageError(
             f"{path} is {file_kind(kind)}: zotsink keeps the log, the ledger and rejected "
@@ -100,10 +100,10 @@ def check_side_file(path: str) -> None:
         )
 
 
-def _device(path: str) -> int:
+def _device(path: str, follow: bool = True) -> int:
     """``path``'s mode when it is a character or block device, else 0."""
     try:
-        kind = os.stat(path).st_mode
+        kind = os.stat(path, follow_symlinks=follow).st_mode
     except OSError:
         return 0  # not there yet (or not reachable): open() will say
     return kind if stat.S_ISCHR(kind) or stat.S_ISBLK(kind) else 0

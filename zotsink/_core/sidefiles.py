@@ -78,7 +78,7 @@ def _spill_dirs(out: str) -> list[str]:
 
 def _is_device(path: str) -> bool:
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(path).st_mode
     except OSError:
         return False
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
