@@ -168,3 +168,8 @@ def test_any_strings_round_trip_through_csv(tmp_path_factory, row) -> None:
     out = tmp_path_factory.mktemp("rt") / "out.csv"
     append_record(out, row)
     assert list(read_records(out)) == [row]
+
+
+def test_a_space_after_the_separator_is_no_part_of_the_value() -> None:
+    assert parse_kv("filename: a.png min: 1") == {"filename": "a.png", "min": "1"}
+    assert parse_kv("note: two words") == {"note": "two words"}

@@ -3,7 +3,8 @@
 A file is parsed whole or not at all: one bad line makes the whole file unparsable
 (:class:`Unparsable`), so a source is either entirely in OUT or entirely skipped, which is
 what ``--skip-collected`` and ``--remove-sources`` rely on. ``key:value`` lines are parsed by
-:func:`zotsink._core.kv.parse_kv`, the parser ``append --kv`` uses.
+:func:`zotsink._core.kv.parse_kv`, the parser ``append --kv`` uses; a file of one pair a line,
+each key once, is one record.
 """
 
 from __future__ import annotations
@@ -115,7 +116,19 @@ def _kv(text: str, sep: str | None) -> list[Rec]:
             raise Unparsable(f"line {n}: {err.message}") from None
         if rec:
             out.append(rec)
-    return out
+    return _one_pair_a_line(out)
+
+
+def _one_pair_a_line(recs: list[Rec]) -> list[Rec]:
+    """A file of one ``key: value`` pair a line, each key once (``filename: x.png``, then
+    ``min: 1``...), is one record: its lines name the fields of one result, and taken as a
+    record each they would make rows of one cell, which other files repeat."""
+    if len(recs) < 2 or any(len(r) != 1 for r in recs):
+        return recs
+    merged: Rec = {}
+    for r in recs:
+        merged.update(r)
+    return [merged] if len(merged) == len(recs) else recs
 
 
 def _header(cells: list[str], n: int) -> list[str]:

@@ -15,6 +15,7 @@ from .backoff import CREATE_RACE, tries
 __all__ = [
     "TAR_ENDINGS",
     "RefusedFile",
+    "capped_lines",
     "file_kind",
     "fresh_stat",
     "fsync_dir",
@@ -348,6 +349,22 @@ def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
             pending.append(rest)
     if pending:
         yield [b"".join(pending)], False
+
+
+def capped_lines(chunks: Iterable[bytes], cap: int) -> Iterator[bytes]:
+    """The lines (no newlines) of a stream of chunks, each cut to its first ``cap`` bytes;
+    a final piece with no newline is left out. Unlike :func:`line_blocks`, no line is ever
+    held whole: of a line of any length only its start is kept while the rest is read past,
+    for readers that show a line's head (the log's lines in ``status --failed``)."""
+    pending = b""  # the start of a line whose newline is still to come, at most ``cap``
+    for chunk in chunks:
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield (pending + line[:cap])[:cap] if pending else line[:cap]
+            pending = b""
+        if len(pending) < cap:
+            pending += rest[: cap - len(pending)]
 
 
 def lines_with_ends(chunks: Iterable[bytes]) -> Iterator[bytes]:

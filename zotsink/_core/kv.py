@@ -15,9 +15,11 @@ def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
     """Parse ``key:value`` tokens separated by whitespace into a mapping.
 
     A token without ``sep`` continues the previous value, joined by one space, so
-    ``filename:my image.jpg`` keeps its space. ``sep=None`` takes whichever of ``:`` and
-    ``=`` comes first in the first token. Raises :class:`RecordError` when the first token
-    has no separator, a key is empty, or a key repeats.
+    ``filename:my image.jpg`` keeps its space, and ``key: value`` (a space after the
+    separator, as YAML-like files have it) reads as ``key:value``. ``sep=None`` takes
+    whichever of ``:`` and ``=`` comes first in the first token. Raises
+    :class:`RecordError` when the first token has no separator, a key is empty, or a key
+    repeats.
     """
     tokens = line.split()
     if not tokens:
@@ -38,7 +40,8 @@ def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
                 raise RecordError(
                     f"the first token {tok!r} has no {sep!r}: expected key{sep}value tokens"
                 )
-            out[key] = out[key] + " " + tok
+            # `key: value` (a space after the separator) gives the key this value
+            out[key] = out[key] + " " + tok if out[key] else tok
             continue
         if not k:
             raise RecordError(f"empty key in token {tok!r}")

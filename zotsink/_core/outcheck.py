@@ -14,7 +14,13 @@ from typing import Final
 from ..errors import UsageError
 from .fileio import file_kind, is_tar_name, open_regular
 
-__all__ = ["PACK_INDEX_HEADER", "check_input_not_out", "check_out", "pack_index_beside"]
+__all__ = [
+    "PACK_INDEX_HEADER",
+    "check_input_not_out",
+    "check_out",
+    "check_side_file",
+    "pack_index_beside",
+]
 
 
 #: The first line of ``ARCHIVE.idx``, the index ``zotsink pack`` keeps beside an archive of
@@ -65,11 +71,8 @@ def check_out(path: str) -> None:
             f"{path} is named as a tar archive: records go to a table (.tsv, .csv, .txt), "
             f"files into an archive with `zotsink pack {path} FILE...`"
         )
-    try:
-        kind = os.stat(path).st_mode
-    except OSError:
-        kind = 0  # not there yet (or not reachable): open() will say
-    if stat.S_ISCHR(kind) or stat.S_ISBLK(kind):
+    kind = _device(path)
+    if kind:
         raise UsageError(
             f"{path} is {file_kind(kind)}: zotsink appends records to regular files only; "
             "name a file as OUT"
@@ -80,6 +83,30 @@ def check_out(path: str) -> None:
             f"{path} is a pack archive ({idx} is its index): records go to a table (.tsv, "
             f".csv, .txt), files into the archive with `zotsink pack {path} FILE...`"
         )
+
+
+def check_side_file(path: str) -> None:
+    """Refuse, before anything runs, a side file (the log, the ledger, ``OUT.rejects``)
+    that is a device: :func:`check_out`'s rule for the files written beside OUT. Lines
+    for ``--log /dev/null`` would be refused at open, then spilled beside it, into
+    ``/dev``. As for OUT, a FIFO or socket is refused at open, with the lines saved."""
+    kind = _device(path, follow=False)  # a link planted there is refused at open
+    if kind:
+        raise UsageError(
+            f"{path} is {file_kind(kind)}: zotsink keeps the log, the ledger and rejected "
+            "records in regular files of your own, and reads them back (`zotsink status "
+            "--failed` shows the tasks' stderr from the log); name a file instead, for "
+            "the log one on scratch space if it is not to stay beside OUT"
+        )
+
+
+def _device(path: str, follow: bool = True) -> int:
+    """``path``'s mode when it is a character or block device, else 0."""
+    try:
+        kind = os.stat(path, follow_symlinks=follow).st_mode
+    except OSError:
+        return 0  # not there yet (or not reachable): open() will say
+    return kind if stat.S_ISCHR(kind) or stat.S_ISBLK(kind) else 0
 
 
 def check_input_not_out(infd: int, out: str) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "stamp_values",
     "unescape_tsv",
     "uniform_fields",
+    "value_text",
 ]
 
 #: Output formats zotsink writes.
@@ -85,26 +86,37 @@ def unescape_tsv(value: str) -> str:
     return "".join(out)
 
 
-def _text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """One value as the text a record holds: the one value-to-text rule.
+
+    A value is written as the plain number or string it is, whatever its class: a ``str``
+    subclass as its characters, an ``IntEnum`` as its number, a ``float`` subclass (NumPy's
+    ``float64``) by ``float``'s own repr, not the class's (``np.float64(0.5)``). Other
+    values (NumPy's integers, bools and smaller floats, ``Decimal``) print as themselves.
+    """
     tp = type(value)  # the common exact types first: one check instead of four
     if tp is int:
         return str(value)
     if tp is float:
-        return repr(value)
+        return repr(value)  # repr round-trips; str() would too on 3.x, but say what we mean
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return int.__repr__(value)
     if isinstance(value, float):
-        return repr(value)  # repr round-trips; str() would too on 3.x, but say what we mean
+        return float.__repr__(value)
     if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
+        return bytes(value).decode("utf-8", "surrogateescape")
     return str(value)
 
 
 def encode_row(values: Iterable[Any], fmt: str) -> str:
     """One row as a line without its newline."""
-    texts = [v if type(v) is str else _text(v) for v in values]
+    texts = [v if type(v) is str else value_text(v) for v in values]
     if fmt == "csv":
         return _csv_line(texts)
     # Join first and escape only when needed: one C-speed scan of the line instead of a call

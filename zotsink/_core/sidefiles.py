@@ -63,7 +63,8 @@ def rejects_path(out: str) -> str:
 
 
 def _spill_dirs(out: str) -> list[str]:
-    dirs = [os.path.dirname(os.path.abspath(out))]
+    # never beside a device (/dev/null): that directory holds no files of anyone's
+    dirs = [] if _is_device(out) else [os.path.dirname(os.path.abspath(out))]
     for var in _FALLBACK_ENV:
         if os.environ.get(var):
             dirs.append(os.environ[var])
@@ -73,6 +74,14 @@ def _spill_dirs(out: str) -> list[str]:
         if d not in seen:
             seen.append(d)
     return seen
+
+
+def _is_device(path: str) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 def spill(
@@ -107,8 +116,9 @@ def spill(
     base = os.path.basename(os.path.abspath(out)) + f".spill.{host_name()}.{os.getpid()}"
     errors: list[str] = []
     dirs = _spill_dirs(out)
+    beside = os.path.dirname(os.path.abspath(out))
     for d in dirs:
-        perm = (mode & 0o666) | 0o600 if d == dirs[0] else 0o600
+        perm = (mode & 0o666) | 0o600 if d == beside and d == dirs[0] else 0o600
         for n in range(100):
             path = os.path.join(d, base if n == 0 else f"{base}.{n}")
             try:

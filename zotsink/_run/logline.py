@@ -11,9 +11,15 @@ attempt, ``awk -F'\\t'`` sees two fields as before.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import Final, NamedTuple
 
-__all__ = ["LogLine", "log_line", "parse_log_line"]
+from .._core.fileio import capped_lines
+
+__all__ = ["LogLine", "log_line", "log_lines", "parse_log_line"]
+
+#: Bytes of a line's start that may come before its text (``TASKNUM.ATTEMPT<TAB>``).
+_HEAD_ROOM: Final = 64
 
 
 class LogLine(NamedTuple):
@@ -39,3 +45,14 @@ def parse_log_line(line: bytes) -> LogLine | None:
     if not num.isdigit() or (dot and not attempt.isdigit()):
         return None
     return LogLine(tasknum=int(num), attempt=int(attempt) if dot else None, text=text)
+
+
+def log_lines(chunks: Iterable[bytes], keep: int) -> Iterator[LogLine]:
+    """The log lines of a stream of chunks, parsed, each text cut to its first ``keep``
+    bytes; a final piece with no newline (a line still being written) is left out. No line
+    is held whole (:func:`~zotsink._core.fileio.capped_lines`): a crash can leave a run of
+    zero bytes where lines were being written."""
+    for line in capped_lines(chunks, keep + _HEAD_ROOM):
+        parsed = parse_log_line(line)
+        if parsed is not None:
+            yield parsed._replace(text=parsed.text[:keep])

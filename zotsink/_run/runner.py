@@ -34,7 +34,7 @@ from .ledger import (
 )
 from .pool import Pool, Progress, Tasking
 from .tasks import chunk_range, read_tasks, scheduler_index
-from .worker import call_spec, function_spec
+from .worker import call_spec, function_spec, refuse_nested_run
 
 __all__ = ["RunReport", "run_settings", "run_tasks", "task_states"]
 
@@ -195,6 +195,7 @@ def run_tasks(
     ``new_settings``. ``max_attempts`` (else the recorded one): a task whose failed, killed
     or timed-out attempts reached it is ``given-up`` and not started again.
     """
+    refuse_nested_run()
     env = dict(os.environ if env is None else env)
     out = os.fspath(out)
     if function is not None:

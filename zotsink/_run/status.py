@@ -9,12 +9,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._check.missing import array_spec
-from .._core.fileio import line_blocks, pread_chunks, side_file_problem
+from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from ..errors import UsageError
 from .alive import forget_jobs, job_alive
 from .ledger import FAILING, STATES, LedgerTally, TaskState
-from .logline import parse_log_line
+from .logline import log_lines
 from .tasks import Task, chunk_of, split_spec, task_lines
 
 __all__ = [
@@ -381,16 +381,10 @@ def _read_log(
                 "`zotsink run` wrote",
                 path=path,
             )
-        for lines, whole in line_blocks(pread_chunks(fd, size, 1 << 20)):
-            if not whole:
-                continue  # a last line still being written
-            for line in lines:
-                parsed = parse_log_line(line)
-                if parsed is None:
-                    continue
-                task = found.get(parsed.tasknum)
-                if task is not None and parsed.attempt in (None, task.attempt):
-                    tails[parsed.tasknum].append(parsed.text[:_LINE_HEAD])
+        for parsed in log_lines(pread_chunks(fd, size, 1 << 20), _LINE_HEAD):
+            task = found.get(parsed.tasknum)
+            if task is not None and parsed.attempt in (None, task.attempt):
+                tails[parsed.tasknum].append(parsed.text)
     finally:
         os.close(fd)
     return None

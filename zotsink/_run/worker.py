@@ -14,7 +14,8 @@ values: it cannot run code the way unpickling can).
 Frames, worker to run: ``("ready",)`` once FUNC is loaded, ``("unloadable", text)`` when it
 cannot be, and for each task ``("done", items)`` or ``("raised", traceback, exit)``.
 ``items`` are the records: ``(0, text)`` for lines, ``(1, {column: value})`` for one record
-by name, values reduced to what marshal carries (other objects become their ``str``).
+by name, values reduced to what marshal carries (other values, NumPy's among them, become
+the text a record holds for them: :func:`~zotsink._core.records.value_text`).
 Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop.
 """
 
@@ -27,9 +28,11 @@ import marshal
 import os
 import struct
 import sys
+import traceback  # before FUNC's module, which may shadow what traceback imports
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from .._core.records import value_text
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import leave_stops_to_parent
 from ..errors import UsageError
@@ -37,14 +40,17 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import subprocess
 
-__all__ = ["Worker", "call_spec", "function_spec", "main"]
+__all__ = ["WORKER_VAR", "Worker", "call_spec", "function_spec", "main", "refuse_nested_run"]
 
 _LEN: Final = struct.Struct(">I")
 #: Kinds of result items.
 LINES: Final = 0
 RECORD: Final = 1
-#: The plain value types marshal carries as they are; other values become their str.
-_PLAIN: Final = (str, int, float, bool, bytes, type(None))
+#: The plain value types marshal carries as they are (exactly these: marshal refuses a
+#: subclass, or dumps a NumPy scalar's raw buffer); other values become their record text.
+_PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
+#: Set by a worker process to its own pid: a run started inside it is refused.
+WORKER_VAR: Final = "ZOTSINK_WORKER_PID"
 _READ_SIZE: Final = 1 << 16
 
 
@@ -87,6 +93,18 @@ def function_spec(function: Callable[..., Any]) -> str:
     return f"{module}:{qualname}"
 
 
+def refuse_nested_run() -> None:
+    """Refuse a run started inside a worker process: a script that calls ``run_tasks``
+    at its top level, without a ``__main__`` guard, would start it again in every worker
+    that imports it, each starting workers of its own. A process FUNC starts is free to."""
+    if os.environ.get(WORKER_VAR) == str(os.getpid()):
+        raise UsageError(
+            "a run was started inside a --call worker, while it imported the function's "
+            "module or ran the function: each worker would start a run of its own. Put the "
+            'run_tasks(...) call of the script under `if __name__ == "__main__":`'
+        )
+
+
 def _is_file(where: str) -> bool:
     return where.endswith(".py") or os.sep in where
 
@@ -95,11 +113,13 @@ def _load(spec: str) -> Callable[[str], Any]:
     where, _, name = spec.rpartition(":")
     if _is_file(where):
         path = os.path.abspath(where)
+        modname = os.path.splitext(os.path.basename(path))[0]
+        if not modname.isidentifier() or _taken(modname, path):
+            # a name of its own: FUNC's file must not stand in for the module it is named
+            # like (textwrap.py) when the worker or FUNC's libraries import that one
+            modname = "zotsink_call_" + str(abs(hash(path)))
         # as `python FILE.py` would: the file's directory first, for its own imports
         sys.path.insert(0, os.path.dirname(path))
-        modname = os.path.splitext(os.path.basename(path))[0]
-        if not modname.isidentifier() or modname in sys.modules:
-            modname = "zotsink_call_" + str(abs(hash(path)))
         loader = importlib.util.spec_from_file_location(modname, path)
         if loader is None or loader.loader is None:
             raise ImportError(f"cannot load {path} as a Python module")
@@ -117,8 +137,28 @@ def _load(spec: str) -> Callable[[str], Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def _taken(modname: str, path: str) -> bool:
+    """Whether ``modname`` names a module already loaded, of the standard library, or
+    another file importable from the path (asked before FUNC's directory joins it)."""
+    if modname in sys.modules or modname in getattr(sys, "stdlib_module_names", ()):
+        return True
+    try:
+        found = importlib.util.find_spec(modname)
+    except (ImportError, ValueError):
+        return True
+    return found is not None and found.origin != path
+
+
 def _value(v: Any) -> Any:
-    return v if isinstance(v, _PLAIN) else str(v)
+    return v if type(v) in _PLAIN else value_text(v)
+
+
+def _lines(v: str | bytes) -> str | bytes:
+    """A str or bytes result as marshal carries it (a subclass, NumPy's ``str_``, as its
+    plain characters)."""
+    if type(v) is str or type(v) is bytes:
+        return v
+    return str.__str__(v) if isinstance(v, str) else bytes(v)
 
 
 def _items(result: Any) -> list[tuple[int, Any]]:
@@ -126,7 +166,7 @@ def _items(result: Any) -> list[tuple[int, Any]]:
     if result is None:
         return []
     if isinstance(result, (str, bytes)):
-        return [(LINES, result)]
+        return [(LINES, _lines(result))]
     if isinstance(result, Mapping):
         return [(RECORD, {str(k): _value(v) for k, v in result.items()})]
     if isinstance(result, Iterable):
@@ -135,7 +175,7 @@ def _items(result: Any) -> list[tuple[int, Any]]:
             if r is None:
                 continue
             if isinstance(r, (str, bytes)):
-                items.append((LINES, r))
+                items.append((LINES, _lines(r)))
             elif isinstance(r, Mapping):
                 items.append((RECORD, {str(k): _value(v) for k, v in r.items()}))
             else:
@@ -172,13 +212,12 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
     # finish within the run's --grace; the run ends the worker if it does not.
     leave_stops_to_parent()
     _end_with_parent()
+    os.environ[WORKER_VAR] = str(os.getpid())  # for refuse_nested_run
     tasks = os.fdopen(tasks_fd, "rb")
     results = os.fdopen(results_fd, "wb")
     try:
         func = _load(spec)
     except BaseException:
-        import traceback  # here: most workers never need it
-
         _flush_prints()
         _send(results, ("unloadable", traceback.format_exc(limit=-8)))
         return
@@ -202,8 +241,6 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
                     print(e.code, file=sys.stderr)
                 reply = ("raised", "", code)
         except BaseException as e:
-            import traceback
-
             # the traceback from FUNC's frame on: the worker's own frame is no news to anyone
             tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
             reply = ("raised", "".join(traceback.format_exception(type(e), e, tb)), 1)
