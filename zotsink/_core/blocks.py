@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from typing import IO, Final, Protocol
 
-from ..errors import RecordError, UsageError
+from ..errors import HoldError, RecordError, UsageError
 from .kv import parse_kv
 from .pump import pad_heap
 from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
@@ -37,7 +37,9 @@ __all__ = [
     "Chunked",
     "Held",
     "LongLine",
+    "Overflow",
     "lines_of",
+    "overflow_dirs",
 ]
 
 #: The count BlockEncoder.encode gives for lines that pass through without being counted.
@@ -202,31 +204,142 @@ class BlockEncoder:
         return b"".join(out), len(out)
 
 
+def overflow_dirs(out: str | None, *, local_first: bool) -> list[str | None]:
+    """Where a temporary file for bytes that overflow memory may go, in the order tried:
+    ``$TMPDIR`` (None: :mod:`tempfile`'s choice, node-local and fast) and the directory of
+    OUT (``out``; on the filesystem that is meant to hold these bytes anyway). The one rule
+    for :class:`Overflow`: ``local_first`` is for output that usually fits (a task's held
+    records), the other order for what may be far larger than node-local space (a line over
+    the limit)."""
+    if out is None:
+        return [None]
+    beside = os.path.dirname(os.path.abspath(out))
+    return [None, beside] if local_first else [beside, None]
+
+
+def _place(d: str | None) -> str:
+    if d is None:
+        import tempfile
+
+        return f"$TMPDIR ({tempfile.gettempdir()})"
+    return f"beside OUT ({d})"
+
+
+class Overflow:
+    """Bytes kept in a private unlinked temporary file: in the first of
+    :func:`overflow_dirs` that takes them. When a write fails there (a full ``$TMPDIR``),
+    what was written so far moves to the next place and the write goes on there; when no
+    place takes them, :class:`~zotsink.errors.HoldError` says what was tried and why."""
+
+    def __init__(self, out: str | None, *, local_first: bool, what: str) -> None:
+        self._dirs = overflow_dirs(out, local_first=local_first)
+        self._what = what  # the bytes, as the error names them
+        self._tried: list[str] = []
+        self.file: IO[bytes] | None = None
+        self.size = 0  # bytes kept
+        self._move(b"")
+
+    def write(self, data: bytes | memoryview) -> None:
+        assert self.file is not None
+        try:
+            _write_all(self.file, data)
+        except OSError as e:
+            self._tried.append(f"{_place(self._dirs[0])}: {e.strerror or e}")
+            self._dirs.pop(0)
+            self._move(data)
+            return
+        self.size += len(data)
+
+    def _move(self, data: bytes | memoryview) -> None:
+        """Open a file in the next place that takes what is kept so far and ``data``."""
+        import tempfile
+
+        old = self.file
+        while self._dirs:
+            d = self._dirs[0]
+            try:
+                # Closed by close(), which every owner reaches.
+                new: IO[bytes] = tempfile.TemporaryFile(dir=d, buffering=0)  # noqa: SIM115
+            except OSError as e:
+                self._tried.append(f"{_place(d)}: {e.strerror or e}")
+                self._dirs.pop(0)
+                continue
+            try:
+                if old is not None:
+                    for piece in _read_back(old, self.size):
+                        _write_all(new, piece)
+                _write_all(new, data)
+            except OSError as e:
+                new.close()
+                self._tried.append(f"{_place(d)}: {e.strerror or e}")
+                self._dirs.pop(0)
+                continue
+            if old is not None:
+                old.close()
+            self.file = new
+            self.size += len(data)
+            return
+        if old is not None:
+            old.close()
+        self.file = None
+        raise HoldError(
+            f"{self._what} ({self.size + len(data)} bytes) could not be kept in a temporary "
+            f"file: {'; '.join(self._tried)}. These lines are not in OUT: free space there "
+            "(or point $TMPDIR at a larger filesystem)"
+        )
+
+    def chunks(self) -> Iterator[bytes]:
+        """What is kept, in pieces, from its start."""
+        if self.file is not None:
+            yield from _read_back(self.file, self.size)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _write_all(f: IO[bytes], data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = f.write(view)  # unbuffered: a short write says where the disk filled
+        view = view[n or 0 :]
+
+
+def _read_back(f: IO[bytes], size: int) -> Iterator[bytes]:
+    f.seek(0)
+    left = size
+    while left > 0:
+        piece = f.read(min(left, 1 << 20))
+        if not piece:
+            return
+        left -= len(piece)
+        yield piece
+
+
 class LongLine:
     """A line over the limit, kept in a temporary file until its end, then refused whole."""
 
     def __init__(self, out: str, where: str) -> None:
-        import tempfile
-
         self.out = out
         self.where = where  # the line's name in OUT.rejects: "line N" or "byte N"
-        self.size = 0  # bytes so far, newline not included
-        try:  # beside OUT: node-local /tmp may be far smaller than a line can be
-            # Closed by close(), which every path that creates one reaches.
-            self.tmp: IO[bytes] = tempfile.TemporaryFile(dir=os.path.dirname(out) or ".")  # noqa: SIM115
-        except OSError:
-            self.tmp = tempfile.TemporaryFile()  # noqa: SIM115
+        # Beside OUT first: node-local /tmp may be far smaller than a line can be.
+        self.tmp = Overflow(out, local_first=False, what=f"a line over the limit ({where})")
+
+    @property
+    def size(self) -> int:
+        """Bytes so far, newline not included."""
+        return self.tmp.size
 
     def add(self, piece: bytes | memoryview) -> None:
         self.tmp.write(piece)
-        self.size += len(piece)
 
     def refused(self, reason: str) -> Chunked:
         """The line as one record of OUT.rejects, ``reason<TAB>line``: a :class:`Chunked`
         block read back from the temporary file, not from the producer, so that the lock is
         held only as long as a local copy takes. :meth:`close` once it is appended or saved.
         """
-        return _Refused(reason.encode() + b"\t", self.tmp, self.size)
+        return _Refused(reason.encode() + b"\t", self.tmp)
 
     def close(self) -> None:
         self.tmp.close()
@@ -235,24 +348,17 @@ class LongLine:
 class _Refused:
     """A line over the limit with its reason in front: :meth:`LongLine.refused`."""
 
-    def __init__(self, head: bytes, tmp: IO[bytes], size: int) -> None:
+    def __init__(self, head: bytes, tmp: Overflow) -> None:
         self._head = head
         self._tmp = tmp
-        self.size = len(head) + size + 1
+        self.size = len(head) + tmp.size + 1
 
     def in_memory(self) -> bytes | None:
         return None  # over the line limit: never one bytes object
 
     def chunks(self) -> Iterator[bytes]:
-        tmp = self._tmp
-        tmp.flush()
-        tmp.seek(0)
         yield self._head
-        while True:
-            piece = tmp.read(1 << 20)
-            if not piece:
-                break
-            yield piece
+        yield from self._tmp.chunks()
         yield b"\n"
 
 
@@ -263,29 +369,40 @@ HOLD_IN_MEMORY: Final = 4 << 20
 class Held:
     """One task's encoded lines, held until the task ends, then appended in one piece.
 
-    In memory up to :data:`HOLD_IN_MEMORY` bytes, then in a private temporary file on
-    node-local disk (``$TMPDIR``): a task may print more than memory holds, and the records
-    of an attempt must reach OUT together or not at all (see ``zotsink run``).
+    In memory up to :data:`HOLD_IN_MEMORY` bytes, then in a private temporary file
+    (:class:`Overflow`): on node-local disk (``$TMPDIR``), or beside OUT (``out``) when
+    ``$TMPDIR`` is full. A task may print more than memory holds, and the records of an
+    attempt must reach OUT together or not at all (see ``zotsink run``).
+
+    :meth:`add` raises :class:`~zotsink.errors.HoldError` when neither place takes the
+    output: the attempt's records are then lost (the error says so); the owner fails that
+    attempt, closes this Held, and goes on with the others.
     """
 
-    def __init__(self, limit: int = HOLD_IN_MEMORY) -> None:
+    def __init__(self, limit: int = HOLD_IN_MEMORY, out: str | None = None) -> None:
         self._parts: list[bytes] = []
-        self._file: IO[bytes] | None = None
+        self._file: Overflow | None = None
         self._limit = limit
+        self._out = out
         self.size = 0  # bytes held
         self.count = 0  # records held
 
     def add(self, data: bytes | memoryview, count: int) -> None:
         if self._file is None and self.size + len(data) > self._limit:
-            import tempfile
-
-            # Closed by close(), which the owner calls once the block is appended or saved.
-            self._file = tempfile.TemporaryFile()  # noqa: SIM115
-            for part in self._parts:
-                self._file.write(part)
-            self._parts = []
+            parts, self._parts = self._parts, []
+            try:
+                self._file = Overflow(self._out, local_first=True, what="a task's output")
+                for part in parts:
+                    self._file.write(part)
+            except HoldError:
+                self.close()
+                raise
         if self._file is not None:
-            self._file.write(data)
+            try:
+                self._file.write(data)
+            except HoldError:
+                self.close()
+                raise
         else:
             self._parts.append(bytes(data))
         self.size += len(data)
@@ -302,13 +419,7 @@ class Held:
         if self._file is None:
             yield from self._parts
             return
-        self._file.flush()
-        self._file.seek(0)
-        while True:
-            piece = self._file.read(1 << 20)
-            if not piece:
-                return
-            yield piece
+        yield from self._file.chunks()
 
     def close(self) -> None:
         if self._file is not None:
