@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import IO, Final, Protocol
 
 from ..errors import HoldError, RecordError, UsageError
-from .kv import parse_kv
+from .kv import kv_shaped, parse_kv
 from .pump import pad_heap
 from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
 from .stamp import utc_now
@@ -92,6 +92,20 @@ class BlockEncoder:
         self.offset = 0  # input bytes before the next block
         self.rejects: list[tuple[str, bytes]] = []
         self.padded = False  # pad_heap() was called: after PAD_AFTER bytes of numbered lines
+        # OUT's header as a raw input line shows it (the data columns, or OUT's first line
+        # when the encoder writes none): a line equal to it is that header again, printed by
+        # a producer that writes its own (pandas' to_csv), and is dropped, counted.
+        raw = kv is None and enc.fmt != "lines"
+        self.header = (enc.data_header_line() or enc.out_header) if raw else None
+        self.repeats = 0  # repeated header lines dropped
+        # Into an empty OUT that gets no header of its own, the first line becomes the
+        # header: it is looked at once (key:value records are no header), then kept.
+        self.first = raw and enc.columns is None and enc.out_new
+        self._keep_start = False  # the next block starts with that first line: it stays
+        # That first line, kept: another writer's (another task's) may land first in OUT,
+        # and then this one is the header again, for its owner to drop (Held.drop_first).
+        self.kept_header: bytes | None = None
+        self.refusal: str | None = None  # why every line is refused: the first looked wrong
 
     def place(self, start: int) -> str:
         """The name of a refused line that starts at input offset ``start`` (0-based):
@@ -121,7 +135,14 @@ class BlockEncoder:
         src = buf if buf is not None else block
         end = at + len(block)
         start = self.offset
+        if self.first and end > at:
+            self._first_line(src, at, end)
+        keep, self._keep_start = self._keep_start, False
         self.offset += len(block)
+        if self.refusal is not None:
+            return self._refuse_all(bytes(block), start)
+        if self.header is not None and self._repeats_header(src, at, end, keep):
+            return self._encode_lines(bytes(block), start, keep)  # drops them, line by line
         # The read buffer never holds a whole line over the limit (see LineReader.fill).
         if (
             self.kv is None
@@ -147,7 +168,42 @@ class BlockEncoder:
                 n = (len(stamped) - len(block) - 1) // len(prefix) - 1
                 self.line_no += n
                 return memoryview(stamped)[1 : len(stamped) - len(prefix)], n
-        return self._encode_lines(bytes(block), start)
+        return self._encode_lines(bytes(block), start, keep)
+
+    def _first_line(self, src: bytes | bytearray | memoryview, at: int, end: int) -> None:
+        """The first line into an empty OUT that gets no header of its own: it becomes the
+        header, unless it looks like key:value records (``--kv`` forgotten), when every
+        line is refused instead (see :func:`kv_shaped`)."""
+        self.first = False
+        nl = bytes(src[at:end]).find(b"\n")
+        line = bytes(src[at : at + nl if nl >= 0 else end])
+        if kv_shaped(line, self.enc.fmt):
+            self.refusal = "looks like key:value records: pass --kv (or --columns NAMES)"
+        elif line.strip():
+            self.header = self.kept_header = line + b"\n"
+            self._keep_start = True
+
+    def _repeats_header(
+        self, src: bytes | bytearray | memoryview, at: int, end: int, keep: bool
+    ) -> bool:
+        """Whether the block holds the header line again: two C-speed searches."""
+        h = self.header
+        assert h is not None
+        if isinstance(src, memoryview):
+            src = bytes(src[at:end])
+            at, end = 0, len(src)
+        if not keep and src.startswith(h, at, end):
+            return True
+        return src.find(b"\n" + h, at, end) >= 0
+
+    def _refuse_all(self, block: bytes, start: int) -> tuple[bytes, int]:
+        """Every line to the rejects, with the reason the first one gave."""
+        at = start
+        for line in block.split(b"\n")[:-1]:
+            self.line_no += 1
+            self.rejects.append((f"{self.place(at)}: {self.refusal}", line))
+            at += len(line) + 1
+        return b"", 0
 
     def _fast_count(self, src: bytes | bytearray | memoryview, at: int, end: int) -> int:
         """The block's line count when every line has the header's field count (or no
@@ -168,16 +224,23 @@ class BlockEncoder:
         assert cols is not None
         return uniform_fields(src, sep, len(cols), at, end)  # records' one field-count rule
 
-    def _encode_lines(self, block: bytes, start: int) -> tuple[bytes, int]:
-        """Line by line: the slow path, for blocks holding a line that may be refused."""
+    def _encode_lines(self, block: bytes, start: int, keep: bool = False) -> tuple[bytes, int]:
+        """Line by line: the slow path, for blocks holding a line that may be refused or the
+        header again (``keep``: the first line is the header of an empty OUT: it stays)."""
         now = utc_now() if self.stamp_time else None
         enc = self.enc
-        prefix = enc.stamp_prefix(now) if enc.stamp and self.kv is None else b""
+        kv = self.kv
+        prefix = enc.stamp_prefix(now) if enc.stamp and kv is None else b""
         out: list[bytes] = []
         at = start - 1  # before the newline that ends the line before the block
+        header = None if self.header is None else self.header[:-1]
         for line in block.split(b"\n")[:-1]:
             self.line_no += 1
             start, at = at + 1, at + 1 + len(line)
+            if line == header and not keep:
+                self.repeats += 1  # kv input has no header line to repeat: header is None
+                continue
+            keep = False
             if self.kv is not None:
                 try:
                     if b"\0" in line:
@@ -384,6 +447,7 @@ class Held:
         self._file: Overflow | None = None
         self._limit = limit
         self._out = out
+        self._skip = 0  # bytes left out at the start (drop_first)
         self.size = 0  # bytes held
         self.count = 0  # records held
 
@@ -408,18 +472,37 @@ class Held:
         self.size += len(data)
         self.count += count
 
+    def drop_first(self, line: bytes) -> bool:
+        """Leave out the first line when it is ``line`` (with its newline): a task's first
+        line kept as the header of an empty OUT (:attr:`BlockEncoder.kept_header`) whose
+        piece does not land first. Before the piece's place is taken."""
+        if self._skip or not self.size or self._head(len(line)) != line:
+            return False
+        self._skip = len(line)
+        self.size -= len(line)
+        self.count -= 1
+        return True
+
+    def _head(self, n: int) -> bytes:
+        if self._file is None:
+            return b"".join(self._parts)[:n] if self._parts else b""
+        return next(self._file.chunks(), b"")[:n]  # a line is whole in the first piece
+
     def in_memory(self) -> bytes | None:
         """The whole block, when it is small enough to be in memory; else None."""
         if self._file is not None:
             return None
-        return self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        return data[self._skip :] if self._skip else data
 
     def chunks(self) -> Iterator[bytes]:
         """The block in pieces, from its start (each call reads it again)."""
-        if self._file is None:
-            yield from self._parts
-            return
-        yield from self._file.chunks()
+        skip = self._skip
+        for piece in self._parts if self._file is None else self._file.chunks():
+            if skip:
+                piece, skip = piece[skip:], max(0, skip - len(piece))
+            if piece:
+                yield piece
 
     def close(self) -> None:
         if self._file is not None:

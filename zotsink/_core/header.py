@@ -61,13 +61,32 @@ def existing_header(path: str) -> bytes | None:
 def make_encoder(
     path: str, fmt: str, columns: Columns, stamp: Sequence[str], *, adopt: bool
 ) -> Encoder:
-    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used."""
+    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used.
+
+    A tsv/csv OUT's header that the encoder does not write itself (no ``columns``, none
+    adopted) is read once for :class:`~.blocks.BlockEncoder`: ``out_header`` (OUT's first
+    line) and ``out_new`` (OUT is empty or missing)."""
     columns = column_names(columns)
     enc = Encoder(fmt, columns, stamp)
-    if columns is None and adopt:
+    if columns is None and fmt != "lines":
         line = existing_header(path)
-        if line is not None:
+        if line is not None and adopt:
             names = decode_row(line.rstrip(b"\n").decode("utf-8", "surrogateescape"), fmt)
             if tuple(names[: len(enc.stamp)]) == enc.stamp and len(names) > len(enc.stamp):
                 enc.set_columns(names[len(enc.stamp) :])
+        if enc.columns is None and not enc.stamp:
+            # Raw lines into a header this encoder does not write: a line equal to OUT's
+            # first line is that header again; into an empty OUT, the first line is it.
+            enc.out_header = line
+            enc.out_new = line is None and _empty(path)
     return enc
+
+
+def _empty(path: str) -> bool:
+    """Whether OUT is missing or empty (a file with a torn first line is neither)."""
+    try:
+        return os.stat(path).st_size == 0
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False

@@ -119,6 +119,13 @@ def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
                 + (f" ({o.error})" if mismatch else ""),
                 err=True,
             )
+        if o.repeated_headers:
+            # the producer printed OUT's header again (pandas' to_csv does): not a record
+            click.echo(
+                f"zotsink: {o.repeated_headers} repeated header lines dropped "
+                f"(the same line as the header of {o.path})",
+                err=True,
+            )
         if o.error is not None and not mismatch:
             # Once per file, however many batches failed: the first error says why and where.
             click.echo(f"zotsink: error: {o.error}", err=True)
