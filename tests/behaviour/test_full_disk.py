@@ -269,11 +269,15 @@ def test_run_on_a_full_disk_names_the_recover_that_finds_its_spill(
 # (argv: OUT SIZE): what Held gives back, or the HoldError's message.
 HOLD = r"""
 import hashlib, sys
+from zotsink import errors
 from zotsink._core.blocks import Held
-from zotsink.errors import HoldError
+HoldError = getattr(errors, "HoldError", errors.ZotsinkError)  # a release before it: none
 out, size = sys.argv[1], int(sys.argv[2])
 data = b"".join(b"%07d-" % i + b"x" * 56 + b"\n" for i in range(size // 64))
-held = Held(limit=1 << 16, out=out)
+try:
+    held = Held(limit=1 << 16, out=out)
+except TypeError:  # a release whose Held knew no OUT: $TMPDIR only
+    held = Held(limit=1 << 16)
 try:
     for i in range(0, len(data), 65536):
         held.add(data[i : i + 65536], 1)
