@@ -175,8 +175,10 @@ class BlockEncoder:
         header, unless it looks like key:value records (``--kv`` forgotten), when every
         line is refused instead (see :func:`kv_shaped`)."""
         self.first = False
-        nl = bytes(src[at:end]).find(b"\n")
-        line = bytes(src[at : at + nl if nl >= 0 else end])
+        if isinstance(src, memoryview):
+            src, at, end = bytes(src[at:end]), 0, end - at
+        nl = src.find(b"\n", at, end)
+        line = bytes(src[at : nl if nl >= 0 else end])
         if kv_shaped(line, self.enc.fmt):
             self.refusal = "looks like key:value records: pass --kv (or --columns NAMES)"
         elif line.strip():
@@ -229,8 +231,7 @@ class BlockEncoder:
         header again (``keep``: the first line is the header of an empty OUT: it stays)."""
         now = utc_now() if self.stamp_time else None
         enc = self.enc
-        kv = self.kv
-        prefix = enc.stamp_prefix(now) if enc.stamp and kv is None else b""
+        prefix = enc.stamp_prefix(now) if enc.stamp and self.kv is None else b""
         out: list[bytes] = []
         at = start - 1  # before the newline that ends the line before the block
         header = None if self.header is None else self.header[:-1]
