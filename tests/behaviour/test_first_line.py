@@ -138,3 +138,13 @@ def test_run_tasks_printing_their_own_header_leave_it_once(tmp_path: Path, zotsi
     assert lines[0] == "a\tb" and sorted(lines[1:]) == sorted(f"{i}\tx" for i in range(1, 21))
     r = zotsink("cat", "out.tsv")
     assert sorted(r.stdout.decode().splitlines()[1:]) == sorted(f"{i}\tx" for i in range(1, 21))
+
+
+def test_an_out_that_is_one_record_has_no_header_to_repeat(tmp_path: Path, zotsink: Run) -> None:
+    # OUT's first line alone is a record (a header is only written with records after it):
+    # a record equal to it is appended, as recover keeps a spilled one
+    out = tmp_path / "out.tsv"
+    assert zotsink(out, input=b"x\t1\n").returncode == 0
+    r = zotsink(out, input=b"x\t1\ny\t2\n")
+    assert r.returncode == 0 and b"repeated" not in r.stderr, r.stderr
+    assert out.read_bytes() == b"x\t1\nx\t1\ny\t2\n"

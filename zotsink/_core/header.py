@@ -16,7 +16,7 @@ from .backoff import STALE_HANDLE, tries
 from .fileio import open_regular
 from .records import Encoder, decode_row
 
-__all__ = ["Columns", "column_names", "existing_header", "make_encoder"]
+__all__ = ["Columns", "column_names", "existing_header", "first_is_header", "make_encoder"]
 
 Columns = Union[str, Sequence[str], None]
 
@@ -76,17 +76,26 @@ def make_encoder(
                 enc.set_columns(names[len(enc.stamp) :])
         if enc.columns is None and not enc.stamp:
             # Raw lines into a header this encoder does not write: a line equal to OUT's
-            # first line is that header again; into an empty OUT, the first line is it.
-            enc.out_header = line
-            enc.out_new = line is None and _empty(path)
+            # header is that header again; into an empty OUT, the first line becomes it.
+            size = _size(path)
+            enc.out_header = line if line is not None and first_is_header(line, size) else None
+            enc.out_new = size == 0
     return enc
 
 
-def _empty(path: str) -> bool:
-    """Whether OUT is missing or empty (a file with a torn first line is neither)."""
+def first_is_header(first: bytes, size: int) -> bool:
+    """Whether a table's first line (tsv, csv) is a header, from what the file holds: a
+    header is only ever written together with records, so it is one when records follow
+    it; a file that is its first line alone holds one record, and a record equal to it is
+    a record too. ``recover`` decides a spilled first line the same way."""
+    return size > len(first)
+
+
+def _size(path: str) -> int:
+    """OUT's size: 0 when it is missing, -1 when it cannot be known."""
     try:
-        return os.stat(path).st_size == 0
+        return os.stat(path).st_size
     except FileNotFoundError:
-        return True
+        return 0
     except OSError:
-        return False
+        return -1
