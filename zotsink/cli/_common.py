@@ -19,6 +19,7 @@ from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
 from ..errors import (
     HeaderMismatch,
+    HoldError,
     InputError,
     LockError,
     LockTimeout,
@@ -36,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (LockTimeout, 75),
     (LockError, 74),
+    (HoldError, 74),
     (WriteError, 74),
     (UsageError, 2),
     (HeaderMismatch, 1),
