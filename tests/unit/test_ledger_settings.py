@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 
 from zotsink import UsageError
-from zotsink._run.ledger import (
-    Ledger,
-    read_begin,
-    read_ledger,
-    settings_conflict,
-    states_of,
-)
+from zotsink._ledgerfile import read_ledger
+from zotsink._run.ledger import Ledger
+from zotsink._run.settings import settings_conflict
+from zotsink._run.states import read_begin, states_of
 from zotsink._run.tasks import Task
 
 A = {"chunk": "10", "base": "1", "format": "tsv", "command": "echo", "tasks": "t.txt"}

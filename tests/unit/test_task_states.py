@@ -23,17 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zotsink._core.records import Encoder
+from zotsink._ledgerfile import END_STATES, LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
 from zotsink._run.alive import PROC_START, proc_start
-from zotsink._run.ledger import (
-    END_STATES,
-    LATER_COLUMNS,
-    LEDGER_COLUMNS,
-    Ledger,
+from zotsink._run.ledger import Ledger
+from zotsink._run.states import (
     LedgerTally,
     TaskState,
     given_up,
     read_begin,
-    read_ledger,
+    settle,
     states_of,
 )
 
@@ -131,10 +129,9 @@ def _incremental(
     picked, dropped = book.claim(deque(), 0, [])  # reads the news under the lock
     book.close()
     assert (picked, dropped) == ([], [])
-    found = book._states  # the claim's own fold: what it picks tasks by
-    named = {n: _named(found.get(n), max_attempts) for n in KEYS}
-    # the claim keeps its rows' first columns only (LATER_COLUMNS it never needs)
-    return {n: (*s[:3], s[3] and s[3][: len(LEDGER_COLUMNS)]) for n, s in named.items()}
+    found = book._states  # the claim's own fold: what it picks tasks by, settled as it is
+    settled = {n: settle(s, HERE, max_attempts) for n, s in found.items()}
+    return {n: _named(settled.get(n), max_attempts) for n in KEYS}
 
 
 @settings(
@@ -161,8 +158,7 @@ def test_snapshot_incremental_and_tally_agree(
         assert sum(counts.values()) == len(KEYS)
         assert all(counts[s] == [w[0] for w in want.values()].count(s) for s in counts)
         incremental = _incremental(tmp_path / "inc", rows, min(cut, len(rows)), max_attempts)
-    short = {n: (*w[:3], w[3] and w[3][: len(LEDGER_COLUMNS)]) for n, w in want.items()}
-    assert incremental == short
+    assert incremental == want
 
 
 def test_run_rows_hold_settings_not_task_states(tmp_path: Path) -> None:
