@@ -218,7 +218,10 @@ class LedgerTally(Mapping[int, TaskState]):
         code = bytearray(size)
         starts = array("I", bytes(4 * size))
         failures = array("I", bytes(4 * size))
-        effects: dict[tuple[bytes, bytes], tuple[int, int, int]] = {}
+        # what fold makes of a start row, and of any other row by its status (fold asks
+        # nothing else of a row but whether it is a start, and its status)
+        start = _effect(b"start", b"")
+        ends: dict[bytes, tuple[int, int, int]] = {}
         run_at = -1  # the latest run row
         jobs: set[bytes] = set()  # the scheduler's jobs that started these tasks
         at = array("q", [-1]) * size
@@ -247,19 +250,25 @@ class LedgerTally(Mapping[int, TaskState]):
                     if time > last:
                         last = time
                 at[n] = offset
-                # attempt job array_task host pid status exit signal seconds ...
-                fields = rest.split(b"\t", 9)
-                kind = (event, fields[5])
-                effect = effects.get(kind)
-                if effect is None:
-                    effect = effects[kind] = _effect(*kind)
-                code[n], add_starts, add_failures = effect
-                starts[n] += add_starts
-                failures[n] += add_failures
-                if code[n] == _RUNNING:
-                    jobs.add(fields[1])
+                if event == b"start":
+                    # attempt job ...: the job, and nothing split further
+                    jobs.add(rest.split(b"\t", 2)[1])
+                    code[n] = start[0]
+                    starts[n] += start[1]
+                    if start[2]:
+                        failures[n] += start[2]
                     seconds[n] = math.nan
                     continue
+                # attempt job array_task host pid status exit signal seconds ...
+                fields = rest.split(b"\t", 9)
+                effect = ends.get(fields[5])
+                if effect is None:
+                    effect = ends[fields[5]] = _effect(b"end", fields[5])
+                code[n] = effect[0]
+                if effect[1]:
+                    starts[n] += effect[1]
+                if effect[2]:
+                    failures[n] += effect[2]
                 try:
                     seconds[n] = float(fields[8])
                 except ValueError:
@@ -269,10 +278,12 @@ class LedgerTally(Mapping[int, TaskState]):
                 max_attempts = recorded_max_attempts(self.settings)
             self.max_attempts = max_attempts
             here = os.uname().nodename if host is None else host
+            # only a running state and a failing one settle into another (lost, given-up)
             for n in keys:
-                if code[n] == _RUNNING or code[n] in _FAILING_CODES:
-                    st = TaskState(n, _CODES[code[n]], starts[n], None, failures[n])
-                    if code[n] == _RUNNING:
+                c = code[n]
+                if c == _RUNNING or (max_attempts is not None and c in _FAILING_CODES):
+                    st = TaskState(n, _CODES[c], starts[n], None, failures[n])
+                    if c == _RUNNING:
                         st = st._replace(last=scan.row_at(at[n]))
                     code[n] = _CODES.index(settle(st, here, max_attempts).state)
         except BaseException:
