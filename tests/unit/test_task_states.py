@@ -95,14 +95,16 @@ def _rows(draw: st.DrawFn) -> list[Any]:
     ]
 
 
-def _write(path: Path, rows: list[list[Any]]) -> None:
-    enc = Encoder("tsv", COLUMNS)
+def _write(path: Path, rows: list[list[Any]], older: bool = False) -> None:
+    """A ledger of ``rows``; ``older``: as a release before LATER_COLUMNS began it."""
+    columns = LEDGER_COLUMNS if older else COLUMNS
+    enc = Encoder("tsv", columns)
     data = enc.header_line()
     for row in rows:
         if len(row) < len(COLUMNS):  # a torn row: cut short, the next on a fresh line
             data += "\t".join(row).encode() + b"\n"
         else:
-            data += enc.encode(row)
+            data += enc.encode(row[: len(columns)])
     path.write_bytes(data)
 
 
@@ -115,16 +117,16 @@ def _named(st_: TaskState | None, max_attempts: int | None) -> tuple[Any, ...]:
 
 
 def _incremental(
-    path: Path, rows: list[list[Any]], cut: int, max_attempts: int | None
+    path: Path, rows: list[list[Any]], cut: int, max_attempts: int | None, older: bool
 ) -> dict[int, tuple[Any, ...]]:
     """The claim's way: a snapshot of the first ``cut`` rows, then the others as news."""
-    _write(path, rows[:cut])
+    _write(path, rows[:cut], older)
     states, seen, _settings = read_begin(path, KEYS)
     book = Ledger(path, env={})
     book.begin(KEYS, states, seen, rerun=False, max_attempts=max_attempts)
     with open(path, "ab") as f:  # another run's rows, after this run's snapshot
         full = path.with_suffix(".full")
-        _write(full, rows)
+        _write(full, rows, older)
         f.write(full.read_bytes()[seen:])
     picked, dropped = book.claim(deque(), 0, [])  # reads the news under the lock
     book.close()
@@ -141,14 +143,15 @@ def _incremental(
     rows=st.lists(_rows(), max_size=14),
     cut=st.integers(0, 14),
     max_attempts=st.one_of(st.none(), st.integers(1, 3)),
+    older=st.booleans(),
 )
 def test_snapshot_incremental_and_tally_agree(
-    tmp_path: Path, rows: list[list[Any]], cut: int, max_attempts: int | None
+    tmp_path: Path, rows: list[list[Any]], cut: int, max_attempts: int | None, older: bool
 ) -> None:
     path = tmp_path / f"l{os.urandom(6).hex()}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torn rows are warned of; not the question here
-        _write(path, rows)
+        _write(path, rows, older)
         snapshot = states_of(KEYS, read_ledger(path), max_attempts=max_attempts)
         tally = LedgerTally(path, KEYS, max_attempts=max_attempts)
         want = {n: _named(s, max_attempts) for n, s in snapshot.items()}
@@ -157,7 +160,7 @@ def test_snapshot_incremental_and_tally_agree(
         counts = tally.counts()
         assert sum(counts.values()) == len(KEYS)
         assert all(counts[s] == [w[0] for w in want.values()].count(s) for s in counts)
-        incremental = _incremental(tmp_path / "inc", rows, min(cut, len(rows)), max_attempts)
+        incremental = _incremental(tmp_path / "inc", rows, min(cut, len(rows)), max_attempts, older)
     assert incremental == want
 
 
