@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zotsink._run.ledger import LEDGER_COLUMNS, Ledger
+from zotsink._ledgerfile import LEDGER_COLUMNS
+from zotsink._run.ledger import Ledger
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 N = 27000

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from waiting import wait_for
 
-from zotsink._run.ledger import LEDGER_COLUMNS, Ledger
+from zotsink._ledgerfile import LEDGER_COLUMNS
+from zotsink._run.ledger import Ledger
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 NO_ARRAY = {

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .._arrays import chunk_range, scheduler_index
 from .._core.fileio import same_file
 from .._core.header import make_encoder
 from .._core.options import BATCH_BYTES, MAX_TIMEOUT, check_seconds, write_options
@@ -20,23 +21,16 @@ from .._core.records import format_for
 from .._core.sidefiles import side_mode
 from .._core.stop import Stopper
 from .._core.writer import Writer
+from .._ledgerfile import read_ledger
 from ..errors import UsageError
-from .ledger import (
-    Ledger,
-    TaskState,
-    given_up,
-    read_begin,
-    read_ledger,
-    recorded_max_attempts,
-    settings_conflict,
-    settings_message,
-    states_of,
-)
+from .ledger import Ledger
 from .pool import Pool, Progress, Tasking
-from .tasks import chunk_range, read_tasks, scheduler_index
+from .settings import reconcile, recorded_max_attempts, run_settings
+from .states import TaskState, given_up, read_begin, states_of
+from .tasks import read_tasks
 from .worker import call_spec, function_spec, refuse_nested_run
 
-__all__ = ["RunReport", "run_settings", "run_tasks", "task_states"]
+__all__ = ["RunReport", "run_tasks", "task_states"]
 
 
 class RunReport(NamedTuple):
@@ -89,41 +83,6 @@ def _check_run_options(retries: int, grace: float, task_timeout: float | None) -
     check_seconds("grace", grace, MAX_TIMEOUT)
     if task_timeout is not None and check_seconds("task_timeout", task_timeout, MAX_TIMEOUT) == 0:
         raise UsageError("task_timeout (--task-timeout) must be more than 0 seconds, not 0")
-
-
-def run_settings(
-    tasks: str | os.PathLike[str],
-    command: Sequence[str],
-    *,
-    shell: bool,
-    array: bool,
-    chunk: int,
-    base: int,
-    format: str,
-    columns: Sequence[str] | None,
-    kv: str | None,
-    stamp: Sequence[str],
-    max_attempts: int | None,
-    call: str | None = None,
-) -> dict[str, str]:
-    """How a run was called, as the ledger records it (text values, keys as in
-    :data:`~zotsink._run.ledger.COMPARED_SETTINGS`); a caller may add keys of its own."""
-    import shlex
-
-    settings = {
-        "tasks": os.fspath(tasks),
-        "format": format,
-        "columns": ",".join(columns or ()),
-        "kv": kv or "",
-        "stamp": ",".join(stamp),
-        "command": "--shell" if shell else shlex.join(command),
-        "max_attempts": "" if max_attempts is None else str(max_attempts),
-    }
-    if call is not None:  # a function per task: its spec is the command
-        settings.update(command="", call=call)
-    if array:  # without an index every task runs: chunk and base do not apply
-        settings.update(chunk=str(chunk), base=str(base))
-    return settings
 
 
 def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
@@ -190,10 +149,11 @@ def run_tasks(
 
     ``progress`` is called about twice a second with a :class:`Progress`.
 
-    The ledger records the settings (:func:`run_settings`); a run whose settings differ
-    from the recorded ones raises :class:`UsageError` before any task starts, unless
-    ``new_settings``. ``max_attempts`` (else the recorded one): a task whose failed, killed
-    or timed-out attempts reached it is ``given-up`` and not started again.
+    The ledger records the settings (:func:`~zotsink._run.settings.run_settings`); a run
+    whose settings differ from the recorded ones raises :class:`UsageError` before any task
+    starts, unless ``new_settings`` (:func:`~zotsink._run.settings.reconcile`).
+    ``max_attempts`` (else the recorded one): a task whose failed, killed or timed-out
+    attempts reached it is ``given-up`` and not started again.
     """
     refuse_nested_run()
     env = dict(os.environ if env is None else env)
@@ -285,18 +245,14 @@ def run_tasks(
         max_attempts=max_attempts,
         call=call,
     )
-    if recorded is not None:
-        # the array's chunk and base stay on record (for missing --array) through a run of
-        # every task, and the base through a part of a split resubmission
-        kept = ("chunk", "base") if index is None else () if new_settings else ("base",)
-        settings.update({k: recorded[k] for k in kept if k in recorded})
-    if max_attempts is None:  # the limit holds across resubmissions that do not repeat it
-        max_attempts = recorded_max_attempts(recorded)
-        settings["max_attempts"] = "" if max_attempts is None else str(max_attempts)
-    differ = settings_conflict(recorded, settings) if recorded is not None else None
-    if differ is not None and not new_settings:
+    try:
+        settings = reconcile(
+            recorded, settings, path=ledger_path, array=index is not None, new_settings=new_settings
+        )
+    except UsageError:
         book.close()
-        raise UsageError(settings_message(ledger_path, *differ), path=ledger_path)
+        raise
+    max_attempts = recorded_max_attempts(settings)  # given, else recorded
     book.begin(
         keys,
         states,

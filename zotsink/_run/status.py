@@ -8,14 +8,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._check.missing import array_spec
+from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from ..errors import UsageError
 from .alive import forget_jobs, job_alive
-from .ledger import FAILING, STATES, LedgerTally, TaskState
 from .logline import log_lines
-from .tasks import Task, chunk_of, split_spec, task_lines
+from .settings import recorded_array
+from .states import FAILING, STATES, LedgerTally, TaskState
+from .tasks import Task, task_lines
 
 __all__ = [
     "FailedTask",
@@ -103,21 +104,6 @@ def _epoch(stamp: str) -> float | None:
     return t.replace(tzinfo=timezone.utc).timestamp()
 
 
-def recorded_array(
-    settings: Mapping[str, str] | None, chunk: int | None, base: int | None
-) -> tuple[int, int]:
-    """``chunk`` and ``base`` as given, else as the ledger's settings record them, else 1."""
-    got = settings or {}
-
-    def pick(given: int | None, name: str) -> int:
-        if given is not None:
-            return given
-        value = got.get(name, "")
-        return int(value) if value.lstrip("-").isdigit() else 1
-
-    return pick(chunk, "chunk"), pick(base, "base")
-
-
 def task_status(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
@@ -143,7 +129,7 @@ def task_status(
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
     eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
-    chunk, base = recorded_array(tally.settings, chunk, base)
+    chunk, base = recorded_array(tally.settings, chunk, base, path=os.fspath(ledger))
     # Runs without a scheduler (no job id) that are all gone leave nothing to wait for;
     # a job the scheduler cannot answer about may still start tasks.
     waiting = tally.first_time is None or (
@@ -213,7 +199,7 @@ def ledger_missing(
     ``chunk`` and ``base`` default to the ones the ledger's latest run recorded (else 1),
     so that the specs select the chunks the job script runs. ``max_array`` (the site's
     MaxArraySize) splits the specs so that no index reaches it; see
-    :func:`~zotsink._run.tasks.split_spec`.
+    :func:`~zotsink._arrays.split_spec`.
     """
     if chunk is not None and chunk < 1:
         raise UsageError(f"--chunk must be at least 1, not {chunk}")
@@ -229,7 +215,7 @@ def ledger_missing(
         )
     keys, _ = task_lines(tasks)
     found = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
-    chunk, base = recorded_array(found.settings, chunk, base)
+    chunk, base = recorded_array(found.settings, chunk, base, path=path)
     picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
     chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
