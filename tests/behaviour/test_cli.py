@@ -31,6 +31,22 @@ def test_shorthand_and_literal_subcommand_names(tmp_path: Path) -> None:
     assert r.returncode == 0 and (tmp_path / "o.txt").read_bytes() == b"a\nb\nc\n"
 
 
+@pytest.mark.parametrize("word", ["stop", "results", "Run2"])
+def test_a_first_word_that_is_no_command_nor_file_is_refused(tmp_path: Path, word: str) -> None:
+    (tmp_path / "tasks.txt").write_text("a\n")
+    r = run(word, "tasks.txt", "out.tsv", cwd=tmp_path)
+    assert r.returncode == 2
+    assert f"no command {word!r}".encode() in r.stderr
+    assert f"`zotsink append {word}`".encode() in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["tasks.txt"]  # nothing written
+    # the way out it names, a name with an extension, and an existing file are OUT
+    assert run("append", word, "x", cwd=tmp_path).returncode == 0
+    assert run(word, "y", cwd=tmp_path).returncode == 0
+    assert (tmp_path / word).read_bytes() == b"x\ny\n"
+    assert run("out.tsv", input=b"z\n", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "out.tsv").read_bytes() == b"z\n"
+
+
 def test_help_and_version() -> None:
     r = run("--help")
     assert r.returncode == 0 and b"append" in r.stdout and b"recover" in r.stdout
