@@ -90,7 +90,7 @@ def test_kv_line_without_separator_is_rejected(tmp_path: Path) -> None:
     assert (tmp_path / "o.tsv.rejects").read_text() == (
         "line 2: the first token 'nosep' has no ':': expected key:value tokens\tnosep c:3\n"
     )
-    assert b"1 records refused; they are in" in r.stderr and b"Traceback" not in r.stderr
+    assert b"1 record refused; they are in" in r.stderr and b"Traceback" not in r.stderr
 
 
 def test_columns_differ_from_existing_header(tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ def test_lines_pass_bytes_through_and_refuse_nul(tmp_path: Path) -> None:
     r = run("--count-lines", "-v", str(out), input=b"a\nb\0\n")
     assert r.returncode == 1
     assert (tmp_path / "o.txt.rejects").read_bytes().endswith(b"\nline 2: NUL byte\tb\0\n")
-    assert b"1 records appended to" in r.stderr
+    assert b"1 record appended to" in r.stderr
     r = run("-v", str(out), input=b"a\nb\n")
     assert r.returncode == 0 and b"4 bytes appended to" in r.stderr
 
@@ -172,13 +172,13 @@ def test_lock_timeout_spills_then_recover_moves_it_in(tmp_path: Path) -> None:
     spills = list(tmp_path.glob("o.txt.spill.*"))
     assert len(spills) == 1 and spills[0].read_bytes() == b"rec\n"
     assert spills[0].name.startswith(f"o.txt.spill.{os.uname().nodename}.")
-    assert f"1 records are safe in {spills[0]}" in r.stderr.decode()
+    assert f"1 record is safe in {spills[0]}" in r.stderr.decode()
     assert out.read_bytes() == b"first\n"
     r = run("recover", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == b"first\nrec\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))
-    assert b"recovered 1 records from 1 spill files" in r.stderr
+    assert b"recovered 1 record from 1 spill file" in r.stderr
 
 
 def test_recover_skips_the_repeated_header(tmp_path: Path) -> None:

@@ -102,8 +102,7 @@ def _refuse_typo(word: str) -> None:
         guess = close[0] if close else word.lower()
         fail(f"no command {word!r}: did you mean `zotsink {guess}`? To{way_out[2:]}", 2)
     fail(
-        f"no command {word!r} (the commands: {', '.join(COMMANDS)}; `zotsink --help`); "
-        f"{way_out}",
+        f"no command {word!r} (the commands: {', '.join(COMMANDS)}; `zotsink --help`); {way_out}",
         2,
     )
 

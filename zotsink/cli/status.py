@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from ._common import (
     CONTEXT,
+    counted,
     json_option,
     print_json,
     read_lock_options,
@@ -93,6 +94,7 @@ def status_cmd(
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
     from .. import task_status
+    from .._run.alive import SCHEDULER_WAIT
 
     if out is not None and ledger is not None:
         raise click.UsageError(f"give OUT ({out}) or --ledger PATH ({ledger}), not both")
@@ -100,7 +102,7 @@ def status_cmd(
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
 
-    def read() -> StatusReport:
+    def read(wait: float = SCHEDULER_WAIT) -> StatusReport:
         return run_api(
             lambda: task_status(
                 tasks,
@@ -111,6 +113,7 @@ def status_cmd(
                 fresh=watch,
                 lock=lock,
                 timeout=timeout,
+                wait_scheduler=wait,
             )
         )
 
@@ -148,14 +151,24 @@ def status_lines(report: StatusReport) -> list[str]:
     c = report.counts
     # counts holds every state, in the ledger's order of states: the line keeps that order
     shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
-    lines = [f"{report.total} tasks: {shown or 'none'}"]
+    lines = [f"{counted(report.total, 'task')}: {shown or 'none'}"]
     if report.rate:
-        line = f"rate {report.rate * 3600:.1f} tasks/h"
+        line = f"rate {rate_text(report.rate)}"
         if report.eta is not None and not report.all_ok:
             line += f", ETA {_duration(report.eta)} for the {report.total - c['ok']} left"
         lines.append(line)
     for num, secs, key in report.slowest:
-        lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+        # slow against the typical task: the longest of alike tasks are no news
+        if report.median is not None and secs >= SLOW * report.median and secs >= 1:
+            lines.append(
+                f"slow: task {num} took {_duration(secs)} (median {_duration(report.median)})"
+                f": {key[:60]}"
+            )
+    if report.scheduler:
+        lines.append(
+            f"scheduler: {report.scheduler}; its jobs count as still queued or running "
+            "(their tasks as running)"
+        )
     if c["given-up"]:
         from .. import array_spec
 
@@ -170,6 +183,21 @@ def status_lines(report: StatusReport) -> list[str]:
                 f"{report.base}); resubmit them when nothing runs"
             )
     return lines
+
+
+#: A task is named slow when it took this many times the median task, or more.
+SLOW: Final = 3.0
+
+
+def rate_text(per_second: float) -> str:
+    """A rate in the unit that gives it a few digits before the point: tasks/s, /min, /h."""
+    for unit, per in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
+        value = per_second * per
+        if value >= 1 or unit == "h":
+            break
+    if value >= 100:
+        return f"{value:,.0f} tasks/{unit}"
+    return f"{value:.{1 if value >= 10 else 2}f} tasks/{unit}"
 
 
 def _log_beside(ledger: str) -> str:
@@ -234,17 +262,29 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     )
 
 
-def _watch(read: Callable[[], StatusReport], interval: float, report: StatusReport) -> StatusReport:
-    """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
+def _watch(
+    read: Callable[[float], StatusReport], interval: float, report: StatusReport
+) -> StatusReport:
+    """Redraw the bar every ``interval`` until nothing runs or waits to run; Ctrl-C stops
+    watching. The scheduler gets at most half an interval per redraw: a slow one delays no
+    frame, its answer serves a later one (see :func:`zotsink._run.alive.scheduler_wait`)."""
+    from .._run.alive import SCHEDULER_WAIT
+
     tty = sys.stderr.isatty()
+    wait = min(SCHEDULER_WAIT, interval / 2)
+    took = 0.0  # the last read's time: the next frame is due an interval after this one
     try:
         while True:
             line = _bar(report)
+            if report.scheduler:
+                line += f"; scheduler: {report.scheduler}"
             click.echo(f"\r\033[K{line}" if tty else line, err=True, nl=not tty)
             if report.settled:
                 break
-            time.sleep(interval)
-            report = read()
+            time.sleep(max(0.0, interval - took))
+            begun = time.monotonic()
+            report = read(wait)
+            took = time.monotonic() - begun
     except KeyboardInterrupt:
         pass
     if tty:
