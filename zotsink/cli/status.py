@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .. import FailedTask, StatusReport
+    from .. import FailedTask, FailureGroup, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -32,8 +32,15 @@ if TYPE_CHECKING:
 @click.option(
     "--failed",
     is_flag=True,
-    help="List each failed, killed, timed-out or given-up task: its line, attempt, exit or "
-    "signal, seconds and the last lines of its stderr from the log.",
+    help="The failed, killed, timed-out or given-up tasks, grouped by the last line of their "
+    "stderr: how many, which tasks, and the first one's line, attempt, exit or signal, "
+    "seconds and last stderr lines from the log (a traceback's last frame whole).",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="With --failed: each task, not one of each group of tasks that failed alike.",
 )
 @click.option(
     "--log",
@@ -46,7 +53,8 @@ if TYPE_CHECKING:
     default=5,
     show_default=True,
     metavar="N",
-    help="With --failed: stderr lines shown per task.",
+    help="With --failed: stderr lines shown per task (a traceback's last frame and its "
+    "exception are shown whole).",
 )
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
@@ -72,6 +80,7 @@ def status_cmd(
     out: str | None,
     ledger: str | None,
     failed: bool,
+    show_all: bool,
     log: str | None,
     last: int,
     as_json: bool,
@@ -94,7 +103,6 @@ def status_cmd(
     Exit codes: 0 every task ok, 1 otherwise, 2 usage.
     """
     from .. import task_status
-    from .._run.alive import SCHEDULER_WAIT
 
     if out is not None and ledger is not None:
         raise click.UsageError(f"give OUT ({out}) or --ledger PATH ({ledger}), not both")
@@ -102,7 +110,7 @@ def status_cmd(
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
 
-    def read(wait: float = SCHEDULER_WAIT) -> StatusReport:
+    def read(**wait: float) -> StatusReport:
         return run_api(
             lambda: task_status(
                 tasks,
@@ -113,7 +121,7 @@ def status_cmd(
                 fresh=watch,
                 lock=lock,
                 timeout=timeout,
-                wait_scheduler=wait,
+                **wait,
             )
         )
 
@@ -121,24 +129,33 @@ def status_cmd(
     if watch:
         report = _watch(read, interval, report)
     listed: list[dict[str, Any]] | None = None
+    grouped: list[dict[str, Any]] = []
     if failed:
-        from .. import failed_tasks
+        from .. import failed_tasks, failure_tail, group_failures
 
         if log is None:
             log = f"{out}.log" if out is not None else _log_beside(path)
+        # more lines than shown: a traceback's last frame is shown whole (failure_tail)
+        read_lines = max(last, TAIL_READ) if last else 0
         found, note = run_api(
-            lambda: failed_tasks(tasks, path, log, last=last, lock=lock, timeout=timeout)
+            lambda: failed_tasks(tasks, path, log, last=read_lines, lock=lock, timeout=timeout)
         )
         if note is not None:
             click.echo(f"zotsink: note: {note}", err=True)
+        found = [t._replace(stderr=failure_tail(t.stderr, last)) for t in found]
+        groups = group_failures(found)
         if as_json:
             listed = [t.to_dict() for t in found]
-        else:
+            grouped = [g.to_dict() for g in groups]
+        elif show_all:
             _print_failed(found)
+        else:
+            _print_groups(groups)
     if as_json:
         d = report.to_dict()
         if listed is not None:
             d["failed"] = listed
+            d["failure_groups"] = grouped
         print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
@@ -185,6 +202,9 @@ def status_lines(report: StatusReport) -> list[str]:
     return lines
 
 
+#: stderr lines read per failed task: enough for a traceback's last frame and exception.
+TAIL_READ: Final = 60
+
 #: A task is named slow when it took this many times the median task, or more.
 SLOW: Final = 3.0
 
@@ -209,11 +229,43 @@ def _print_failed(found: list[FailedTask]) -> None:
     """Each failed task on stdout: one line, then its last stderr lines, indented."""
     out = []
     for t in found:
-        how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
-        secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
-        state = t.status if t.state == t.status else f"{t.status}, {t.state}"
-        out.append(f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}")
+        out.append(_task_head(t))
         out += [f"    {line}" for line in t.stderr]
+    _write(out)
+
+
+def _task_head(t: FailedTask) -> str:
+    how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
+    secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
+    state = t.status if t.state == t.status else f"{t.status}, {t.state}"
+    return f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}"
+
+
+def _print_groups(groups: list[FailureGroup]) -> None:
+    """Failures that ended alike once: how many, which tasks, the first one's tail."""
+    from .. import array_spec
+
+    out = []
+    for g in groups:
+        first = g.tasks[0]
+        if len(g.tasks) > 1:
+            out.append(
+                f"{len(g.tasks)} tasks {g.state} alike: {array_spec(g.tasknums)}; the first, "
+                + _task_head(first)
+            )
+        else:
+            out.append(_task_head(first))
+        out += [f"    {line}" for line in first.stderr]
+    _write(out)
+    if any(len(g.tasks) > 1 for g in groups):
+        click.echo(
+            "zotsink: tasks that failed alike (the same last line) are shown once; --all "
+            "shows each",
+            err=True,
+        )
+
+
+def _write(out: list[str]) -> None:
     try:
         for line in out:
             sys.stdout.write(line + "\n")
@@ -263,15 +315,12 @@ def _bar(report: StatusReport, width: int = 30) -> str:
 
 
 def _watch(
-    read: Callable[[float], StatusReport], interval: float, report: StatusReport
+    read: Callable[..., StatusReport], interval: float, report: StatusReport
 ) -> StatusReport:
     """Redraw the bar every ``interval`` until nothing runs or waits to run; Ctrl-C stops
     watching. The scheduler gets at most half an interval per redraw: a slow one delays no
-    frame, its answer serves a later one (see :func:`zotsink._run.alive.scheduler_wait`)."""
-    from .._run.alive import SCHEDULER_WAIT
-
+    frame, its answer serves a later one."""
     tty = sys.stderr.isatty()
-    wait = min(SCHEDULER_WAIT, interval / 2)
     took = 0.0  # the last read's time: the next frame is due an interval after this one
     try:
         while True:
@@ -283,7 +332,7 @@ def _watch(
                 break
             time.sleep(max(0.0, interval - took))
             begun = time.monotonic()
-            report = read(wait)
+            report = read(wait_scheduler=interval / 2)
             took = time.monotonic() - begun
     except KeyboardInterrupt:
         pass
