@@ -75,6 +75,7 @@ _LAZY = {
     "attempts_by": "zotsink._run.report",
     "Attempt": "zotsink._run.report",
     "read_attempts": "zotsink._run.report",
+    "rate_text": "zotsink._run.report",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -132,7 +133,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.ledger import TaskState, read_ledger
     from ._run.pool import Progress
-    from ._run.report import Attempt, attempts_by, read_attempts, status_page
+    from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.status import (
         FailedTask,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Final
@@ -11,6 +12,8 @@ import click
 from ._common import (
     CONTEXT,
     counted,
+    exit_code,
+    fail,
     json_option,
     print_json,
     read_lock_options,
@@ -56,6 +59,21 @@ if TYPE_CHECKING:
     help="With --failed: stderr lines shown per task (a traceback's last frame and its "
     "exception are shown whole).",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write one self-contained page to FILE (inline SVG, no script, no network): the "
+    "counts, a timeline of the attempts per host and array element, a histogram of task "
+    "times, the failures grouped and the slowest tasks.",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["host", "job", "element"]),
+    help="A table of the attempts per host, array job or array element (JOB[INDEX]): "
+    "attempts, ok, not ok, running, mean and longest seconds.",
+)
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
@@ -83,6 +101,8 @@ def status_cmd(
     show_all: bool,
     log: str | None,
     last: int,
+    html_path: str | None,
+    by: str | None,
     as_json: bool,
     watch: bool,
     interval: float,
@@ -130,11 +150,12 @@ def status_cmd(
         report = _watch(read, interval, report)
     listed: list[dict[str, Any]] | None = None
     grouped: list[dict[str, Any]] = []
-    if failed:
+    by_rows: list[dict[str, Any]] = []
+    if log is None:
+        log = f"{out}.log" if out is not None else _log_beside(path)
+    if failed or html_path is not None:
         from .. import failed_tasks, failure_tail, group_failures
 
-        if log is None:
-            log = f"{out}.log" if out is not None else _log_beside(path)
         # more lines than shown: a traceback's last frame is shown whole (failure_tail)
         read_lines = max(last, TAIL_READ) if last else 0
         found, note = run_api(
@@ -144,18 +165,33 @@ def status_cmd(
             click.echo(f"zotsink: note: {note}", err=True)
         found = [t._replace(stderr=failure_tail(t.stderr, last)) for t in found]
         groups = group_failures(found)
-        if as_json:
+        if not failed:
+            pass
+        elif as_json:
             listed = [t.to_dict() for t in found]
             grouped = [g.to_dict() for g in groups]
         elif show_all:
             _print_failed(found)
         else:
             _print_groups(groups)
+        if html_path is not None:
+            _write_page(html_path, tasks, path, report, groups, lock, timeout)
+    if by is not None:
+        from .. import attempts_by, read_attempts
+
+        attempts = run_api(lambda: read_attempts(tasks, path, lock=lock, timeout=timeout))
+        table = attempts_by(attempts, by)
+        if as_json:
+            by_rows = [{by: name, **row} for name, row in table]
+        else:
+            _write(_by_table(by, table))
     if as_json:
         d = report.to_dict()
         if listed is not None:
             d["failed"] = listed
             d["failure_groups"] = grouped
+        if by is not None:
+            d["by"] = by_rows
         print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
@@ -170,6 +206,8 @@ def status_lines(report: StatusReport) -> list[str]:
     shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
     lines = [f"{counted(report.total, 'task')}: {shown or 'none'}"]
     if report.rate:
+        from .. import rate_text
+
         line = f"rate {rate_text(report.rate)}"
         if report.eta is not None and not report.all_ok:
             line += f", ETA {_duration(report.eta)} for the {report.total - c['ok']} left"
@@ -207,17 +245,6 @@ TAIL_READ: Final = 60
 
 #: A task is named slow when it took this many times the median task, or more.
 SLOW: Final = 3.0
-
-
-def rate_text(per_second: float) -> str:
-    """A rate in the unit that gives it a few digits before the point: tasks/s, /min, /h."""
-    for unit, per in (("s", 1.0), ("min", 60.0), ("h", 3600.0)):
-        value = per_second * per
-        if value >= 1 or unit == "h":
-            break
-    if value >= 100:
-        return f"{value:,.0f} tasks/{unit}"
-    return f"{value:.{1 if value >= 10 else 2}f} tasks/{unit}"
 
 
 def _log_beside(ledger: str) -> str:
@@ -263,6 +290,59 @@ def _print_groups(groups: list[FailureGroup]) -> None:
             "shows each",
             err=True,
         )
+
+
+def _write_page(
+    html_path: str,
+    tasks: str,
+    ledger: str,
+    report: StatusReport,
+    groups: list[FailureGroup],
+    lock: str,
+    timeout: float,
+) -> None:
+    """The page into ``html_path``, whole or not at all (a browser may be reading it)."""
+    import os
+
+    from .. import read_attempts, status_page
+
+    attempts = run_api(lambda: read_attempts(tasks, ledger, lock=lock, timeout=timeout))
+    page = status_page(report, attempts, groups, title=f"zotsink status {tasks}")
+    part = f"{html_path}.part.{os.getpid()}"
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(part, html_path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        fail(f"cannot write {html_path}: {e.strerror or e}", exit_code(e))
+    click.echo(f"zotsink: wrote {html_path} ({counted(len(attempts), 'attempt')})", err=True)
+
+
+def _by_table(by: str, table: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The rows of ``status --by`` as an aligned text table."""
+    head = [by, "attempts", "ok", "not ok", "running", "mean", "longest"]
+    rows = [
+        [
+            name,
+            str(r["attempts"]),
+            str(r["ok"]),
+            str(r["not_ok"]),
+            str(r["running"]),
+            _duration(r["mean_s"]),
+            _duration(r["max_s"]),
+        ]
+        for name, r in table
+    ]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in [head, *rows]
+    ]
 
 
 def _write(out: list[str]) -> None:
