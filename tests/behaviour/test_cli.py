@@ -376,3 +376,11 @@ def test_missing_from_a_ledger_keeps_to_its_timeout(tmp_path: Path, array: list[
     assert r.returncode == 75, r.stderr
     assert b"the lock was still held by another writer after 0.2 s" in r.stderr
     assert r.stdout == b""
+
+
+def test_run_index_help_names_no_value_it_refuses() -> None:
+    help_text = b" ".join(run("run", "--help").stdout.split())
+    assert b"outside an array job, every task" in help_text
+    assert b"none:" not in help_text
+    r = run("run", "--index", "none", "tasks.txt", "out.txt", "--", "echo")
+    assert r.returncode == 2 and b"'none' is not a valid integer" in r.stderr
