@@ -241,7 +241,7 @@ def status_lines(report: StatusReport) -> list[str]:
 
 
 #: stderr lines read per failed task: enough for a traceback's last frame and exception.
-TAIL_READ: Final = 60
+TAIL_READ: Final = 30
 
 #: A task is named slow when it took this many times the median task, or more.
 SLOW: Final = 3.0
