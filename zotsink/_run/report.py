@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Final, NamedTuple
@@ -16,7 +17,7 @@ from typing import Any, Final, NamedTuple
 from .._check.missing import array_spec
 from .failures import FailureGroup
 from .ledger import STATES, read_ledger
-from .status import StatusReport
+from .status import StatusReport, ledger_time
 from .tasks import task_lines
 
 __all__ = ["Attempt", "attempts_by", "rate_text", "read_attempts", "status_page"]
@@ -45,14 +46,6 @@ class Attempt(NamedTuple):
         return f"{self.job}[{self.array_task}]" if self.array_task else self.job
 
 
-def _epoch(stamp: str) -> float | None:
-    try:
-        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-    except ValueError:
-        return None
-    return t.replace(tzinfo=timezone.utc).timestamp()
-
-
 def _float(text: str) -> float | None:
     try:
         value = float(text)
@@ -77,7 +70,7 @@ def read_attempts(
     for row in read_ledger(ledger, lock=lock, timeout=timeout):
         if keys.get(row.tasknum) != row.key:
             continue
-        at = _epoch(row.time)
+        at = ledger_time(row.time)
         if row.event == "start":
             open_[row.tasknum, row.attempt] = len(out)
             out.append(
@@ -158,8 +151,6 @@ def attempts_by(attempts: Iterable[Attempt], by: str) -> list[tuple[str, dict[st
 
 def _natural(name: str) -> tuple[Any, ...]:
     # node2 before node10, 7[2] before 7[10]
-    import re
-
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "StatusReport",
     "failed_tasks",
     "ledger_missing",
+    "ledger_time",
     "parse_states",
     "resubmit_specs",
     "task_status",
@@ -106,7 +107,8 @@ def _median(tally: LedgerTally) -> float | None:
     return times[half] if len(times) % 2 else (times[half - 1] + times[half]) / 2
 
 
-def _epoch(stamp: str) -> float | None:
+def ledger_time(stamp: str) -> float | None:
+    """A ledger row's time as seconds since the epoch (None when it is not one)."""
     from datetime import datetime, timezone
 
     try:
@@ -161,7 +163,7 @@ def task_status(
         waiting = tally.first_time is None or (
             counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
         )
-    start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
+    start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
