@@ -132,10 +132,10 @@ def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
             # the first file is the command's OUT; the others (run's log and ledger) are named
             what = "record" if i == 0 else "line"
             meant = "" if i == 0 else f" meant for {o.path}"
-            are = "is" if o.spilled == 1 else "are"
+            safe = "is safe in" if o.spilled == 1 else "are safe in"
             where = ", ".join(o.spill_paths)
             click.echo(
-                f"zotsink: {counted(o.spilled, what)}{meant} {are} safe in {where}; "
+                f"zotsink: {counted(o.spilled, what)}{meant} {safe} {where}; "
                 f"run `{recover_command(o.path, o.spill_paths)}` when the cause is fixed",
                 err=True,
             )
