@@ -68,6 +68,14 @@ _LAZY = {
     "failed_tasks": "zotsink._run.status",
     "FailedTask": "zotsink._run.status",
     "LedgerMissing": "zotsink._run.status",
+    "group_failures": "zotsink._run.failures",
+    "failure_tail": "zotsink._run.failures",
+    "FailureGroup": "zotsink._run.failures",
+    "status_page": "zotsink._run.report",
+    "attempts_by": "zotsink._run.report",
+    "Attempt": "zotsink._run.report",
+    "read_attempts": "zotsink._run.report",
+    "rate_text": "zotsink._run.report",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -124,7 +132,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.verify import ArchiveReport, verify_archive
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
+    from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
+    from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.states import TaskState
     from ._run.status import (

@@ -57,6 +57,8 @@ def verify(
     """
     p = os.fspath(path)
     fmt = format_for(p, format)
+    if format in (None, "auto") and p.endswith(".ledger"):
+        fmt = "tsv"  # a ledger of `zotsink run`: a TSV whose first line is its header
     has_header = fmt != "lines" if header is None else header
     if os.path.isdir(p):  # open(2) of a directory for reading succeeds: say it here
         raise InputError(f"{p} is a directory, not a zotsink output", path=p)

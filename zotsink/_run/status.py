@@ -12,7 +12,7 @@ from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from ..errors import UsageError
-from .alive import forget_jobs, job_alive
+from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
 from .logline import log_lines
 from .settings import recorded_array
 from .states import FAILING, STATES, LedgerTally, TaskState
@@ -24,6 +24,7 @@ __all__ = [
     "StatusReport",
     "failed_tasks",
     "ledger_missing",
+    "ledger_time",
     "parse_states",
     "resubmit_specs",
     "task_status",
@@ -47,6 +48,10 @@ class StatusReport(NamedTuple):
     # whether tasks that never ran may still start: no run has begun yet, or the scheduler
     # still has a job of the ledger queued or running (or cannot say)
     waiting: bool = True
+    # the median seconds of the tasks whose latest attempt ended: what "slow" is against
+    median: float | None = None
+    # what the scheduler left untold: "no answer in N s" (None: it answered, or none asked)
+    scheduler: str | None = None
 
     @property
     def all_ok(self) -> bool:
@@ -72,6 +77,7 @@ class StatusReport(NamedTuple):
             "base": self.base,
             "max_attempts": self.max_attempts,
             "resubmit": self.resubmit(),
+            "scheduler": self.scheduler,
         }
 
     def given_up(self) -> list[int]:
@@ -94,7 +100,16 @@ def _state(states: Mapping[int, TaskState], num: int) -> str:
     return states.state(num) if isinstance(states, LedgerTally) else states[num].state
 
 
-def _epoch(stamp: str) -> float | None:
+def _median(tally: LedgerTally) -> float | None:
+    times = [secs for _n, secs, _line in tally.slowest(len(tally))]
+    if not times:
+        return None
+    half = len(times) // 2  # slowest first
+    return times[half] if len(times) % 2 else (times[half - 1] + times[half]) / 2
+
+
+def ledger_time(stamp: str) -> float | None:
+    """A ledger row's time as seconds since the epoch (None when it is not one)."""
     from datetime import datetime, timezone
 
     try:
@@ -115,38 +130,45 @@ def task_status(
     fresh: bool = False,
     lock: str = "auto",
     timeout: float = 600.0,
+    wait_scheduler: float = SCHEDULER_WAIT,
 ) -> StatusReport:
     """Where every runnable task of ``tasks`` stands according to ``ledger``; ``chunk``,
     ``base`` and ``max_attempts`` default to the ledger's recorded settings. ``fresh``:
-    the scheduler is asked again about jobs this process asked about before (a watch)."""
+    the scheduler is asked again about jobs this process asked about before (a watch).
+    The scheduler gets ``wait_scheduler`` seconds in all to say which jobs still run; what
+    it has not said by then counts as it last said (else as running), and ``scheduler``
+    says so."""
     if fresh:
         forget_jobs()
     keys, _ = task_lines(tasks)
-    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
-    counts = tally.counts()
-    start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
+    with scheduler_wait(wait_scheduler) as late:
+        tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
+        counts = tally.counts()
+        # Runs without a scheduler (no job id) that are all gone leave nothing to wait
+        # for; a job the scheduler cannot answer about may still start tasks.
+        waiting = tally.first_time is None or (
+            counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
+        )
+    start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
     eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
     chunk, base = recorded_array(tally.settings, chunk, base, path=os.fspath(ledger))
-    # Runs without a scheduler (no job id) that are all gone leave nothing to wait for;
-    # a job the scheduler cannot answer about may still start tasks.
-    waiting = tally.first_time is None or (
-        counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
-    )
     return StatusReport(
         total=len(keys),
         counts=counts,
         rate=rate,
         eta=eta,
         slowest=tally.slowest(slowest),
+        median=_median(tally) if slowest else None,
         states=tally,
         settings=tally.settings,
         chunk=chunk,
         base=base,
         max_attempts=tally.max_attempts,
         waiting=waiting,
+        scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
     )
 
 
