@@ -36,6 +36,7 @@ from .._core.stop import Stopper
 from .._core.writer import Writer
 from ..errors import InputError, UsageError, ZotsinkWarning
 from .alive import PROC_START, proc_start, run_alive
+from .queue import Picked, TaskQueue
 
 __all__ = [
     "COMPARED_SETTINGS",
@@ -213,7 +214,7 @@ class Ledger:
             sync="fsync",
             header=self.encoder.header_line(),
             side_file=True,
-            prepare=self._under_lock,
+            prepare=self._claim_under_lock,
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
         # What this run knows of the tasks it may claim (see begin() and claim()).
@@ -221,9 +222,8 @@ class Ledger:
         self._states: dict[int, TaskState] = {}
         self._seen = 0  # ledger bytes read so far: rows past it are news
         self._rerun: set[int] = set()  # ok before this run began, to run again (--rerun)
-        self._want: tuple[deque[Claimable], int] | None = None  # a claim under way
-        self._picked: list[tuple[Claimable, int]] = []
-        self._dropped: list[Claimable] = []
+        self._want: tuple[TaskQueue[Any], int] | None = None  # a claim under way
+        self._picked = Picked([], [])
         self._claimed_bytes = 0
         # This run's settings, the row that records them when the ledger's differ or are
         # none (written with the first claim), and the tasks given up under the lock.
@@ -304,28 +304,34 @@ class Ledger:
         self._rerun = {n for n, st in states.items() if st.state == "ok"} if rerun else set()
 
     def claim(
-        self, queue: deque[Claimable], want: int, ends: Sequence[bytes]
-    ) -> tuple[list[tuple[Claimable, int]], list[Claimable]]:
-        """Claim up to ``want`` tasks from the front of ``queue`` under the ledger's lock.
+        self, queue: TaskQueue[Any] | deque[Claimable], want: int, ends: Sequence[bytes]
+    ) -> tuple[list[tuple[Any, int]], list[Any]]:
+        """Claim up to ``want`` tasks that ``queue`` picks, under the ledger's lock.
 
         Under one lock hold: the rows other runs appended since this run last looked are
-        read; a task they finished (``ok``) or that runs in a live process (this host's
-        pid table, else the scheduler) is taken off the queue; the rest get their next
-        attempt number and a ``start`` row, written with ``ends`` in one fsynced append.
-        Two runs started together so never run the same task, and attempt numbers are
-        unique. Returns the tasks claimed (with their attempt) and those taken off because
-        another run has or had them. Raises like :meth:`append` (nothing claimed then).
+        read (and the whole history of tasks the queue got since, see
+        :attr:`TaskQueue.unlearned`); the queue picks by those states (a task finished
+        (``ok``) or running in a live process, this host's pid table or else the scheduler,
+        is dropped); the picked ones get their next attempt number and a ``start`` row,
+        written with ``ends`` in one fsynced append. Two runs started together so never run
+        the same task, and attempt numbers are unique. Returns the tasks claimed (with their
+        attempt) and those dropped. Raises like :meth:`append` (nothing claimed then).
+
+        ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
+        (``rerun``, ``max_attempts``).
         """
+        if isinstance(queue, deque):
+            queue = TaskQueue.over(queue, given_up=self.gives_up, rerun_ok=self._rerun)
         self._want = (queue, want)
-        self._picked, self._dropped = [], []
+        self._picked = Picked([], [])
         try:
             self.outlet.write_or_raise(b"".join(ends))
         except BaseException:
-            for task, _ in reversed(self._picked):  # not claimed: back where they were
-                queue.appendleft(task)
+            queue.unpick(self._picked)  # not claimed: back where they were
             raise
         finally:
             self._want = None
+            self.given_up |= queue.given_up
         if self._conflict is not None:
             raise UsageError(self._conflict, path=self.path)
         self._settings_row = b""  # on disk now: recorded once
@@ -335,13 +341,20 @@ class Ledger:
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
         self._seen = self.writer.last_at + self._claimed_bytes
-        return self._picked, self._dropped
+        return self._picked.claimed, self._picked.dropped
 
-    def _under_lock(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
-        """The writer's hook, run under the ledger's exclusive lock before each append."""
+    def gives_up(self, state: TaskState) -> bool:
+        """Whether ``state`` is given up under this run's ``max_attempts`` (see :meth:`begin`)."""
+        return given_up(state, self.max_attempts)
+
+    def _claim_under_lock(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
+        """The writer's hook, run under the ledger's exclusive lock before each append: with
+        a claim under way, the news read, the queue's pick and its start rows added."""
         if self._want is None:
             return data
         queue, want = self._want
+        if queue.unlearned:
+            self._read_history(fd, queue)
         self._read_news(fd, st.st_size)
         # this run's own end rows, about to be written: its failures count too
         for lines, _whole in line_blocks((data,)):
@@ -349,34 +362,30 @@ class Ledger:
         if self._conflict is not None:
             return data  # another run recorded other settings: nothing is claimed
         here = os.uname().nodename
-        starts: list[bytes] = [self._settings_row] if self._settings_row else []
-        while queue and len(self._picked) < want:
-            task = queue.popleft()
-            state = self._states.get(task.num)
-            if state is not None and given_up(state, self.max_attempts):
-                self.given_up.add(task.num)
-                self._dropped.append(task)  # failed max_attempts times: not again
-                continue
-            if state is not None and (
-                (state.state == "ok" and task.num not in self._rerun)
-                or (
-                    state.state == "running"
-                    and state.last is not None
-                    and start_alive(state.last, here)
-                )
-            ):
-                self._dropped.append(task)  # done, or running, elsewhere
-                continue
-            self._rerun.discard(task.num)  # run again once, not once per retry
-            starts_so_far = state.starts if state is not None else 0
-            failures = state.failures if state is not None else 0
-            attempt = starts_so_far + 1
+        self._picked = queue.pick(want, self._states, lambda row: start_alive(row, here))
+        for task, attempt in self._picked.claimed:  # running here from now on
+            old = self._states.get(task.num)
+            failures = old.failures if old is not None else 0
             self._states[task.num] = TaskState(task.num, "running", attempt, None, failures)
-            self._picked.append((task, attempt))
-            starts.append(self.start_row(task.num, task.line, attempt))
+        starts: list[bytes] = [self._settings_row] if self._settings_row else []
+        starts += [self.start_row(t.num, t.line, attempt) for t, attempt in self._picked.claimed]
         rows = data + b"".join(starts)
         self._claimed_bytes = len(rows)
         return rows
+
+    def _read_history(self, fd: int, queue: TaskQueue[Any]) -> None:
+        """Fold the rows before the news of tasks the queue got after this run began (their
+        rows were passed over then), and let the queue learn their states."""
+        keys, self._keys = self._keys, dict(queue.unlearned)
+        try:
+            rows: list[bytes] = []
+            for lines, whole in line_blocks(pread_chunks(fd, self._seen, 1 << 20)):
+                if whole:
+                    rows += lines
+            self._fold(rows, news=False)
+        finally:
+            self._keys = keys
+        queue.learn(self._states)
 
     def _read_news(self, fd: int, size: int) -> None:
         """Fold the rows appended since the last look into the states of this run's tasks."""
