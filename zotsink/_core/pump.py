@@ -23,10 +23,9 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
 from typing import Final, Protocol
 
-__all__ = ["LineCutter", "LineReader", "LineSink", "enlarge_pipe", "each_line", "pad_heap"]
+__all__ = ["LineCutter", "LineReader", "LineSink", "enlarge_pipe", "pad_heap"]
 
 #: ``fcntl.F_SETPIPE_SZ`` (Python 3.10+; the Linux value before that).
 F_SETPIPE_SZ: Final = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -249,11 +248,6 @@ class LineSink(Protocol):
     def long_end(self, size: int, how: str) -> None:
         """That line ended after ``size`` bytes: at its newline (``how`` empty) or where
         the input stopped (``how`` says why)."""
-
-
-def each_line(block: bytes) -> Iterator[bytes]:
-    """The lines of a block of whole lines, without their newlines."""
-    return iter(block[:-1].split(b"\n")) if block else iter(())
 
 
 class LineCutter:

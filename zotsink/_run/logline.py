@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple, Protocol
 
-from .._core.pump import each_line
+from .._core.fileio import line_blocks
 
 __all__ = ["LOG_HEAD", "LogLine", "LogLines", "log_line", "parse_log_line"]
 
@@ -56,8 +56,9 @@ class LogLines:
         self.log.add(log_line(self.num, self.attempt, text), 1)  # the one writer of the format
 
     def lines(self, block: bytes) -> None:
-        for text in each_line(block):
-            self.line(text)
+        for lines, _whole in line_blocks((block,)):  # whole lines: one list
+            for text in lines:
+                self.line(text)
 
     def long_begin(self, head: bytes) -> None:
         self.line(head[:LOG_HEAD])
