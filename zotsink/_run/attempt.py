@@ -22,6 +22,7 @@ names the columns for all.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from typing import IO, Any, Final, Literal
 
@@ -34,7 +35,7 @@ from .logline import LogLines
 from .tasks import Task
 from .worker import LINES, Worker
 
-__all__ = ["KILL_AFTER", "PIPE_LINGER", "Attempt", "Output", "Phase", "Step"]
+__all__ = ["KILL_AFTER", "PIPE_LINGER", "Attempt", "Output", "Phase", "Step", "signame"]
 
 #: Seconds between the SIGTERM and the SIGKILL of a task that has to go.
 KILL_AFTER: Final = 5.0
@@ -90,6 +91,26 @@ class Output:
         if tpl.columns is None and enc.enc.columns is not None:
             tpl.set_columns(enc.enc.columns)
             self.out.follow(tpl)
+
+    @property
+    def log_path(self) -> str:
+        return self.log.writer.path
+
+    def header_size(self) -> int:
+        """The bytes of OUT's header: what readers keep of OUT before the claimed pieces."""
+        return len(self.out.writer.header or b"")
+
+    def log_due_in(self, now: float) -> float | None:
+        return self.log.due_in(now)
+
+    def flush_log(self, now: float | None = None) -> None:
+        """The log's batch appended (when due at ``now``; at once without it)."""
+        if now is None or self.log.due(now):
+            self.log.flush()
+
+    def close(self) -> None:
+        self.out.close()
+        self.log.close()
 
     def long_line(self, where: str) -> LongLine:
         return LongLine(self.out.writer.path, where)
@@ -169,6 +190,12 @@ class Attempt:
         return "killed" if code < 0 else "failed"
 
     # -- its phases --------------------------------------------------------------------------
+    def poll(self, now: float) -> None:
+        """Look whether a command's process exited."""
+        running = self.phase not in ("exited", "ended")
+        if running and self.popen is not None and self.popen.poll() is not None:
+            self.exited(now)
+
     def exited(self, now: float, code: int | None = None) -> None:
         """Its process exited (its call returned: ``code``); its pipes may linger a while."""
         if code is not None:
@@ -305,9 +332,46 @@ class Attempt:
         self.records += 1
         self.held.add(line, 1)
 
+    # -- its end -----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes of records it holds."""
+        return self.held.size
+
+    def refuse(self) -> None:
+        """Its refused lines to OUT's rejects file, with a note."""
+        rejects = self.encoder.rejects
+        if rejects:
+            out = self.output.out
+            out.reject([(f"task {self.task.num} {why}", ln) for why, ln in rejects])
+            self.notes.append(f"{len(rejects)} lines refused, see {out.rejects_file}")
+
+    def end_fields(self, status: str, at: int | None, header: int, now: float) -> dict[str, Any]:
+        """The fields of its end row: ``status``, and ``at`` where its records begin in OUT
+        (None: they are not in OUT) after a header of ``header`` bytes."""
+        code = self.returncode
+        return {
+            "status": status,
+            "exit": code if code >= 0 else "",
+            "signal": signame(-code) if code < 0 else "",
+            "seconds": f"{now - self.started:.3f}",
+            "records": self.records,
+            "bytes": self.size,
+            "note": "; ".join(self.notes),
+            "out_offset": "" if at is None else at,
+            "out_header": "" if at is None else header,
+        }
+
     def close(self) -> None:
         """Free what it holds (after its commit, or after an error)."""
         self.held.close()
         for pipe in self.pipes.values():
             pipe.file.close()
         self.pipes.clear()
+
+
+def signame(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)

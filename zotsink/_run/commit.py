@@ -56,7 +56,7 @@ class CommitGroup:
         self.attempts.append(attempt)
         # every attempt waits with its end row to write: a newline at least, so that one
         # without records starts the window too
-        self._size += attempt.held.size + 1
+        self._size += attempt.size + 1
         self._batch.hold(self._size, now)
 
     def due(self, now: float, *, alone: bool, hurry: bool) -> bool:

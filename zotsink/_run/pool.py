@@ -35,7 +35,7 @@ from .._core.records import MAX_LINE
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import Stopper
 from ..errors import ZotsinkError
-from .attempt import KILL_AFTER, Attempt, Output
+from .attempt import KILL_AFTER, Attempt, Output, signame
 from .commit import CommitGroup, append_held
 from .ledger import Ledger
 from .queue import TaskQueue
@@ -147,13 +147,12 @@ class Pool:
             now = time.monotonic()
             for attempt in list(self.attempts):
                 self._tend(attempt, now)
-            if self.output.log.due(now):
-                self.output.log.flush()
+            self.output.flush_log(now)
             if self.progress is not None and now >= self.progress_at:
                 self.progress_at = now + PROGRESS_EVERY
                 self.progress(self.where())
         self._commit()
-        self.output.log.flush()
+        self.output.flush_log()
         self._write_ends()
 
     def where(self) -> Progress:
@@ -178,7 +177,7 @@ class Pool:
 
     def _wait_ms(self) -> int:
         now = time.monotonic()
-        waits = [self.output.log.due_in(now), self.group.wait(now)]
+        waits = [self.output.log_due_in(now), self.group.wait(now)]
         if self.progress is not None:
             waits.append(self.progress_at - now)
         waits += [a.wait(now) for a in self.attempts]
@@ -385,7 +384,7 @@ class Pool:
             last = text.strip().splitlines()[-1] if text.strip() else "no reason given"
             self._halt(
                 f"cannot load --call {self.how.call}: {last}; nothing was started: "
-                f"fix it and run again (the traceback is in {self.output.log.writer.path})"
+                f"fix it and run again (the traceback is in {self.output.log_path})"
             )
             log = self.output.log_lines(0, 0)  # under task number 0: the run's own lines
             for line in text.splitlines():
@@ -403,7 +402,7 @@ class Pool:
         a: Attempt | None = worker.returned()
         worker.close()
         if a is not None:
-            how = f"signal {_signame(-code)}" if code < 0 else f"exit {code}"
+            how = f"signal {signame(-code)}" if code < 0 else f"exit {code}"
             if a.ended_by is None:
                 a.ended_by = "killed"
             a.notes.append(f"its worker died ({how})")
@@ -423,8 +422,7 @@ class Pool:
 
     # -- ending ------------------------------------------------------------------------------
     def _tend(self, a: Attempt, now: float) -> None:
-        if a.phase != "exited" and a.popen is not None and a.popen.poll() is not None:
-            a.exited(now)
+        a.poll(now)
         step = a.step(now)
         if step == "drain":
             # The task is gone but something it started holds its pipes: take what is there.
@@ -452,22 +450,17 @@ class Pool:
     def _finish(self, ended: list[Attempt]) -> None:
         """The attempts of one commit: their records go to OUT in one locked append, their
         log lines follow, then their end rows wait for the ledger's append."""
-        out = self.output.out
         statuses = {}
         for a in ended:
             statuses[a] = a.status
-            rejects = a.encoder.rejects
-            if rejects:
-                num = a.task.num
-                out.reject([(f"task {num} {why}", ln) for why, ln in rejects])
-                a.notes.append(f"{len(rejects)} lines refused, see {out.rejects_file}")
-        places = append_held(out, ended)
-        self.output.log.flush()
-        header = len(out.writer.header or b"")  # what readers keep of OUT before the pieces
+            a.refuse()
+        places = append_held(self.output.out, ended)
+        self.output.flush_log()
+        header = self.output.header_size()
         for a in ended:
             status = statuses[a]
             at = places.get(a)
-            if at is None and a.held.size and status == "ok":
+            if at is None and a.size and status == "ok":
                 # Not in OUT: no row may claim them. The task runs again on the next run;
                 # what the spill file holds joins OUT unclaimed when it is recovered.
                 status = "failed"
@@ -475,24 +468,8 @@ class Pool:
 
     def _end_row(self, a: Attempt, status: str, at: int | None, header: int) -> None:
         task = a.task
-        code = a.returncode
-        exit_code, signum = (code, "") if code >= 0 else ("", -code)
-        self.ends.append(
-            self.ledger.end_row(
-                task.num,
-                task.line,
-                a.attempt,
-                status=status,
-                exit=exit_code,
-                signal=_signame(signum) if signum else "",
-                seconds=f"{time.monotonic() - a.started:.3f}",
-                records=a.records,
-                bytes=a.held.size,
-                note="; ".join(a.notes),
-                out_offset="" if at is None else at,
-                out_header="" if at is None else header,
-            )
-        )
+        fields = a.end_fields(status, at, header, time.monotonic())
+        self.ends.append(self.ledger.end_row(task.num, task.line, a.attempt, **fields))
         self.final[task.num] = status
         if status in ("failed", "killed", "timeout") and self.tries[task.num] <= self.how.retries:
             self.queue.retry(task)
@@ -522,8 +499,7 @@ class Pool:
             worker.exit_code(KILL_AFTER)
             worker.close()
         self.workers.clear()
-        self.output.out.close()
-        self.output.log.close()
+        self.output.close()
         self.ledger.close()
 
 
@@ -533,10 +509,3 @@ def _signal_group(a: Attempt, signum: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(group.pid, signum)
-
-
-def _signame(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return str(signum)
