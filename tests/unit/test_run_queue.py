@@ -155,7 +155,9 @@ def test_a_task_unknown_when_the_run_began_waits_for_its_history() -> None:
     assert dict(q.unlearned) == {3: "line 3", 4: "line 4"}
     assert 3 in q.keys and 4 in q.keys  # the ledger folds their rows from now on
     assert claimed(q, 10, states) == ([(1, 1), (2, 1)], [])  # not before their history
-    assert not q.exhausted
+    assert not q.exhausted and q.has_work
+    q.next(), q.next()
+    assert q.to_claim(1, 0.25, now=1.0) == 1  # a claim, for the ledger to read it
     # the ledger read their history: 3 was done by another run, 4 lost twice
     states.update({3: state(3, "ok"), 4: state(4, "lost", 2)})
     q.learn(states)

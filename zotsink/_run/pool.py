@@ -224,6 +224,7 @@ class Pool:
         # As many as can start now, and as many as will start before the commit after the
         # next: the next free slots do not wait for the ledger, and quick tasks claim with
         # their group's commit, not between commits.
+        self.queue.refill()  # a source that grows hands its new tasks over here
         want = self.queue.to_claim(self._free(), self.group.window, time.monotonic())
         if want <= 0:
             self._write_ends()

@@ -209,7 +209,7 @@ class TaskQueue(Generic[Task]):
         """How many tasks to claim now: ``free`` slots, and as many as will start within
         twice the commit ``window`` at the rate tasks started since the last claim, less
         those claimed and not started. 0 when there is nothing to claim."""
-        if self.stopped or not self._pending:
+        if self.stopped or not (self._pending or self._unlearned):
             return 0
         rate = self._since_claim / max(now - self._claimed_at, 1e-3)
         ahead = math.ceil(rate * 2 * window) if self._ran else 0
@@ -219,7 +219,8 @@ class TaskQueue(Generic[Task]):
     def claim_due(self, free: int, idle: bool) -> bool:
         """Whether to claim now, commit or not: a task could start (a free slot, or nothing
         runs at all) and none claimed waits."""
-        return bool(self._pending) and not self._ready and not self.stopped and (free > 0 or idle)
+        waiting = self._pending or self._unlearned
+        return bool(waiting) and not self._ready and not self.stopped and (free > 0 or idle)
 
     def pick(
         self,
@@ -303,7 +304,7 @@ class TaskQueue(Generic[Task]):
     @property
     def has_work(self) -> bool:
         """Tasks wait to be claimed or started."""
-        return not self.stopped and bool(self._pending or self._ready)
+        return not self.stopped and bool(self._pending or self._unlearned or self._ready)
 
     @property
     def exhausted(self) -> bool:
