@@ -230,10 +230,8 @@ cmd_up() {
     # so that every `up` builds the same cluster from scratch.
     teardown
     for d in "${DAEMONS[@]}"; do
-        for other in $(live_pids "ceph-$d"); do
-            if grep -qF -- "$CONF" "/proc/$other/cmdline" 2>/dev/null; then
-                die "$EXIT_FAILED" "ceph-$d $other of this state dir survived the teardown"
-            fi
+        for other in $(ours "ceph-$d"); do
+            die "$EXIT_FAILED" "ceph-$d $other of this state dir survived the teardown"
         done
     done
     rm -f "$LOGS"/*
@@ -276,11 +274,13 @@ cmd_up() {
     printf '%s\n' "${MOUNTS[@]}"
 }
 
-# our_clients: pids of every ceph-fuse of this cluster, the nodes' included (their command
-# lines name our configuration file)
-our_clients() {
+# ours COMM: pids of the live processes named COMM whose command lines name our
+# configuration file: the nodes' clients, whose pids no file of ours records, and a daemon
+# that re-executed itself (an MDS does when the monitor drops it) while its pid file's
+# name check looked
+ours() {
     local pid
-    for pid in $(live_pids ceph-fuse); do
+    for pid in $(live_pids "$1"); do
         if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-c $CONF "; then echo "$pid"; fi
     done
 }
@@ -291,7 +291,7 @@ teardown() {
     # wait for it forever (in state D, deaf to timeout's signals): kill such clients first,
     # which ends their FUSE connections, so the unmounts below return at once.
     if ! daemon_alive mon || ! daemon_alive osd || ! daemon_alive mds; then
-        for pid in $(our_clients); do
+        for pid in $(ours ceph-fuse); do
             if pid_stopped "$pid"; then kill -CONT "$pid" 2>/dev/null || true; fi
             kill -KILL "$pid" 2>/dev/null || true
         done
@@ -314,14 +314,16 @@ teardown() {
     done
     # ceph-fuse exits by itself shortly after its unmount
     stop_pids ceph-fuse "${pids[@]}"
-    # Told that the file system failed, the MDS exits at once on SIGTERM; otherwise it
-    # spends seconds trying to hand its rank over to a standby there is none of.
-    if daemon_alive mon && daemon_alive mds; then
-        timeout 10 ceph -c "$CONF" fs fail "$FS_NAME" >/dev/null 2>&1 || true
-    fi
+    # On SIGTERM an MDS spends seconds handing its rank to a standby there is none of;
+    # its journal is deleted with the data below anyway, so it is killed outright.
+    # (`ceph fs fail` first would make it re-execute itself instead of stopping.)
+    for pid in $(read_pid "$(pidfile mds)") $(ours ceph-mds); do
+        if pid_alive "$pid" ceph-mds; then kill -KILL "$pid" 2>/dev/null || true; fi
+    done
     for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
         d=${DAEMONS[$i]}
-        stop_pids "ceph-$d" "$(read_pid "$(pidfile "$d")")"
+        # shellcheck disable=SC2046  # pids
+        stop_pids "ceph-$d" "$(read_pid "$(pidfile "$d")")" $(ours "ceph-$d")
     done
     rm -f "$RUN"/*.pid "$RUN"/*.asok "$RUN/monmap"
     rm -rf "$DATA"
