@@ -124,8 +124,9 @@ LAST_MODULE = "test_zz_nothing_left_behind.py"
 EXIT_PACKAGES = 3
 EXIT_PRECONDITION = 4
 
-# `up` from purged packages took about 12 s (GlusterFS) and 6 s (Slurm) here, mostly
-# apt-get; a slow mirror gets a generous margin, a hung one does not stall CI forever.
+# `up` from purged packages takes seconds to minutes, mostly apt-get (Grid Engine and Ceph
+# the longest: docs/test-cluster.md); a slow mirror gets a generous margin, a hung one
+# does not stall CI forever.
 UP_TIMEOUT = 420
 DOWN_TIMEOUT = 180
 # longest wait for another worker's cluster test to finish
