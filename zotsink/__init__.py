@@ -50,7 +50,7 @@ _LAZY = {
     "Problem": "zotsink._check.report",
     "missing": "zotsink._check.missing",
     "missing_lines": "zotsink._check.missing",
-    "array_spec": "zotsink._check.missing",
+    "array_spec": "zotsink._arrays",
     "verify_archive": "zotsink._pack.verify",
     "ArchiveReport": "zotsink._pack.verify",
     # run and its ledger
@@ -58,8 +58,8 @@ _LAZY = {
     "RunReport": "zotsink._run.runner",
     "Progress": "zotsink._run.pool",
     "task_states": "zotsink._run.runner",
-    "TaskState": "zotsink._run.ledger",
-    "read_ledger": "zotsink._run.ledger",
+    "TaskState": "zotsink._run.states",
+    "read_ledger": "zotsink._ledgerfile",
     "task_status": "zotsink._run.status",
     "StatusReport": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
@@ -68,6 +68,14 @@ _LAZY = {
     "failed_tasks": "zotsink._run.status",
     "FailedTask": "zotsink._run.status",
     "LedgerMissing": "zotsink._run.status",
+    "group_failures": "zotsink._run.failures",
+    "failure_tail": "zotsink._run.failures",
+    "FailureGroup": "zotsink._run.failures",
+    "status_page": "zotsink._run.report",
+    "attempts_by": "zotsink._run.report",
+    "Attempt": "zotsink._run.report",
+    "read_attempts": "zotsink._run.report",
+    "rate_text": "zotsink._run.report",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -107,7 +115,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._append import Sink, append_record, append_records
-    from ._check.missing import array_spec, missing, missing_lines
+    from ._arrays import array_spec
+    from ._check.missing import missing, missing_lines
     from ._check.report import Problem, VerifyReport
     from ._check.verify import repair, verify
     from ._collect.collect import CollectReport, collect
@@ -115,6 +124,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._core.outlet import Outcome
     from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
+    from ._ledgerfile import read_ledger
     from ._pack.append import append_member, append_members
     from ._pack.files import pack_files
     from ._pack.index import MemberRow, is_pack_archive
@@ -123,9 +133,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.verify import ArchiveReport, verify_archive
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
-    from ._run.ledger import TaskState, read_ledger
+    from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
+    from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
     from ._run.runner import RunReport, run_tasks, task_states
+    from ._run.states import TaskState
     from ._run.status import (
         FailedTask,
         LedgerMissing,

@@ -16,10 +16,29 @@ from collections.abc import Iterator
 from ._core.fileio import pread_chunks, split_lines
 from ._core.records import csv_module, decode_row, format_for
 from ._core.snapshot import iter_snapshot, snapshot
-from ._run.ledger import claims
+from ._ledgerfile import Claims, claims
 from .errors import RecordError
 
-__all__ = ["committed_chunks", "iter_snapshot", "read_records", "snapshot"]
+__all__ = ["committed_chunks", "committed_parts", "iter_snapshot", "read_records", "snapshot"]
+
+
+def committed_parts(
+    path: str | os.PathLike[str],
+    size: int,
+    *,
+    ledger: str | os.PathLike[str] | None = None,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Claims | None:
+    """The committed view of OUT's first ``size`` bytes (its snapshot): OUT's header and
+    the parts each task's latest ``ok`` attempt wrote, as the ledger beside OUT (``ledger``,
+    default ``OUT.ledger``) claims them; parts that lie beyond ``size`` (claimed after the
+    snapshot) are left out. None when there is no such ledger: every byte counts."""
+    p = os.fspath(path)
+    c = claims(p + ".ledger" if ledger is None else ledger, lock=lock, timeout=timeout)
+    if c is None:
+        return None
+    return Claims(min(c.header, size), [(at, n) for at, n in c.parts if at + n <= size])
 
 
 def committed_chunks(
@@ -39,14 +58,13 @@ def committed_chunks(
         return
     try:
         # Read after OUT's snapshot: a part claimed since lies beyond it and is left out.
-        c = claims(p + ".ledger" if ledger is None else ledger, lock=lock, timeout=timeout)
+        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout)
         if c is None:
             yield from pread_chunks(fd, size)
             return
-        yield from pread_chunks(fd, min(c.header, size))
+        yield from pread_chunks(fd, c.header)
         for at, length in c.parts:
-            if at + length <= size:
-                yield from pread_chunks(fd, at + length, start=at)
+            yield from pread_chunks(fd, at + length, start=at)
     finally:
         os.close(fd)
 

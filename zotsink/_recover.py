@@ -32,7 +32,7 @@ from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
 from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
 from ._core.writer import Writer, seen_first_line
-from ._run.ledger import LATER_COLUMNS, LEDGER_COLUMNS
+from ._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS
 
 __all__ = ["RecoverReport", "recover"]
 

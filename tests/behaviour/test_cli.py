@@ -31,6 +31,22 @@ def test_shorthand_and_literal_subcommand_names(tmp_path: Path) -> None:
     assert r.returncode == 0 and (tmp_path / "o.txt").read_bytes() == b"a\nb\nc\n"
 
 
+@pytest.mark.parametrize("word", ["stop", "results", "Run2"])
+def test_a_first_word_that_is_no_command_nor_file_is_refused(tmp_path: Path, word: str) -> None:
+    (tmp_path / "tasks.txt").write_text("a\n")
+    r = run(word, "tasks.txt", "out.tsv", cwd=tmp_path)
+    assert r.returncode == 2
+    assert f"no command {word!r}".encode() in r.stderr
+    assert f"`zotsink append {word}`".encode() in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["tasks.txt"]  # nothing written
+    # the way out it names, a name with an extension, and an existing file are OUT
+    assert run("append", word, "x", cwd=tmp_path).returncode == 0
+    assert run(word, "y", cwd=tmp_path).returncode == 0
+    assert (tmp_path / word).read_bytes() == b"x\ny\n"
+    assert run("out.tsv", input=b"z\n", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "out.tsv").read_bytes() == b"z\n"
+
+
 def test_help_and_version() -> None:
     r = run("--help")
     assert r.returncode == 0 and b"append" in r.stdout and b"recover" in r.stdout
@@ -74,7 +90,7 @@ def test_kv_line_without_separator_is_rejected(tmp_path: Path) -> None:
     assert (tmp_path / "o.tsv.rejects").read_text() == (
         "line 2: the first token 'nosep' has no ':': expected key:value tokens\tnosep c:3\n"
     )
-    assert b"1 records refused; they are in" in r.stderr and b"Traceback" not in r.stderr
+    assert b"1 record refused; they are in" in r.stderr and b"Traceback" not in r.stderr
 
 
 def test_columns_differ_from_existing_header(tmp_path: Path) -> None:
@@ -110,7 +126,7 @@ def test_lines_pass_bytes_through_and_refuse_nul(tmp_path: Path) -> None:
     r = run("--count-lines", "-v", str(out), input=b"a\nb\0\n")
     assert r.returncode == 1
     assert (tmp_path / "o.txt.rejects").read_bytes().endswith(b"\nline 2: NUL byte\tb\0\n")
-    assert b"1 records appended to" in r.stderr
+    assert b"1 record appended to" in r.stderr
     r = run("-v", str(out), input=b"a\nb\n")
     assert r.returncode == 0 and b"4 bytes appended to" in r.stderr
 
@@ -156,13 +172,13 @@ def test_lock_timeout_spills_then_recover_moves_it_in(tmp_path: Path) -> None:
     spills = list(tmp_path.glob("o.txt.spill.*"))
     assert len(spills) == 1 and spills[0].read_bytes() == b"rec\n"
     assert spills[0].name.startswith(f"o.txt.spill.{os.uname().nodename}.")
-    assert f"1 records are safe in {spills[0]}" in r.stderr.decode()
+    assert f"1 record is safe in {spills[0]}" in r.stderr.decode()
     assert out.read_bytes() == b"first\n"
     r = run("recover", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == b"first\nrec\n"
     assert not list(tmp_path.glob("o.txt.spill.*"))
-    assert b"recovered 1 records from 1 spill files" in r.stderr
+    assert b"recovered 1 record from 1 spill file" in r.stderr
 
 
 def test_recover_skips_the_repeated_header(tmp_path: Path) -> None:
@@ -360,3 +376,11 @@ def test_missing_from_a_ledger_keeps_to_its_timeout(tmp_path: Path, array: list[
     assert r.returncode == 75, r.stderr
     assert b"the lock was still held by another writer after 0.2 s" in r.stderr
     assert r.stdout == b""
+
+
+def test_run_index_help_names_no_value_it_refuses() -> None:
+    help_text = b" ".join(run("run", "--help").stdout.split())
+    assert b"outside an array job, every task" in help_text
+    assert b"none:" not in help_text
+    r = run("run", "--index", "none", "tasks.txt", "out.txt", "--", "echo")
+    assert r.returncode == 2 and b"'none' is not a valid integer" in r.stderr

@@ -1,4 +1,5 @@
-"""scripts/demo runs the main job and reports a matching count."""
+"""scripts/demo sets up only what the main job needs and shows `zotsink run`: a function
+per task, a run killed and run again, `status`, every task's record read back once."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_prints_a_matching_count() -> None:
-    env = dict(os.environ, DEMO_RECORDS="400")
+def test_demo_runs_kills_resumes_and_reads_back_every_task_once(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"  # a fresh one: what a new user's first run installs
+    env = dict(os.environ, ZOTSINK_DEMO_VENV=str(venv), DEMO_TASKS="300")
     r = subprocess.run(
         ["bash", str(ROOT / "scripts" / "demo")],
         capture_output=True,
@@ -19,4 +21,19 @@ def test_demo_prints_a_matching_count() -> None:
         timeout=300,
     )
     assert r.returncode == 0, r.stderr
-    assert "records written: 3200 (distinct 3200); writers produced: 3200; MATCH" in r.stdout
+    out, err = r.stdout.splitlines(), r.stderr
+    assert "tasks: 300; records read back: 300 (distinct 300); each task once: MATCH" in out
+    killed = next(x for x in out if x.startswith("killed (SIGKILL) after "))
+    done_first = int(killed.split()[3])
+    assert 0 < done_first < 300
+    # after the kill: the tasks it had started are lost, the rest never ran; the second run
+    # does only those
+    after_kill = err.split("$ zotsink status tasks.txt results.tsv\n")[1]
+    assert f"zotsink: 300 tasks: {done_first} ok, " in after_kill
+    assert " lost" in after_kill.splitlines()[0]
+    assert f"{300 - done_first} ok, {done_first} already ok; " in err
+    assert "zotsink: 300 tasks: 300 ok\n" in err
+    # only zotsink and what it needs: no test extra
+    installed = {p.name.split("-")[0].lower() for p in venv.glob("lib/python*/site-packages/*")}
+    assert {"click", "filelock"} <= installed
+    assert not installed & {"pytest", "pyarrow", "pandas", "polars", "duckdb", "pillow"}

@@ -53,7 +53,7 @@ from zotsink.cli import main
 main()
 """
 
-SPILLED = re.compile(r"^zotsink: (\d+) records are safe in (\S+); run `([^`]*)`", re.M)
+SPILLED = re.compile(r"^zotsink: (\d+) records? (?:is|are) safe in (\S+); run `([^`]*)`", re.M)
 
 
 def make_records(n: int, tag: str = "r") -> list[bytes]:

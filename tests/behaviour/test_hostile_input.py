@@ -30,7 +30,7 @@ def no_traceback(r: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def spill_of(err: str) -> Path:
-    m = re.search(r"^zotsink: \d+ records are safe in (\S+);", err, re.M)
+    m = re.search(r"^zotsink: \d+ records? (?:is|are) safe in (\S+);", err, re.M)
     assert m, err
     return Path(m.group(1))
 
@@ -39,7 +39,7 @@ def test_nul_byte_is_rejected_and_the_rest_written(tmp_path: Path, zotsink) -> N
     out = tmp_path / "out.txt"
     r = zotsink(out, input=b"one\ntw\0o\nthree\n")
     assert r.returncode == 1
-    assert no_traceback(r) == f"zotsink: 1 records refused; they are in {out}.rejects\n"
+    assert no_traceback(r) == f"zotsink: 1 record refused; they are in {out}.rejects\n"
     assert out.read_bytes() == b"one\nthree\n"
     assert (tmp_path / "out.txt.rejects").read_bytes() == b"byte 5: NUL byte\ttw\0o\n"
 
@@ -92,7 +92,7 @@ def test_100_mb_line_without_newline_is_rejected_whole_in_bounded_memory(
     err = proc.stderr.read()
     feeder.join()
     assert proc.wait(timeout=120) == 1
-    assert err == f"zotsink: 1 records refused; they are in {out}.rejects\n".encode()
+    assert err == f"zotsink: 1 record refused; they are in {out}.rejects\n".encode()
     assert out.read_bytes() == b"first\n"  # not a byte of it split into OUT
     head = f"byte 7: over the {MAX_LINE}-byte line limit\t".encode()
     rejects = tmp_path / "out.txt.rejects"
@@ -123,7 +123,7 @@ def test_over_long_line_between_others_leaves_them_exact(tmp_path: Path, child_e
         )
     assert r.returncode == 1
     assert no_traceback(r) == (
-        f"zotsink: 1 records refused; they are in {out}.rejects\n"
+        f"zotsink: 1 record refused; they are in {out}.rejects\n"
         # the input ends without a newline: the last line is a record, and stderr says so
         "zotsink: note: the input did not end with a newline; one was added\n"
     )
@@ -184,7 +184,7 @@ def test_out_is_a_directory(tmp_path: Path, zotsink) -> None:
     assert err == (
         "zotsink: error: cannot open results for appending: it is a directory; name a file "
         f"inside it; the records were saved to {spill}\n"
-        f"zotsink: 1 records are safe in {spill}; run `zotsink recover results` when the "
+        f"zotsink: 1 record is safe in {spill}; run `zotsink recover results` when the "
         "cause is fixed\n"
     )
     assert spill.read_bytes() == b"rec\n"
@@ -202,7 +202,7 @@ def test_out_directory_missing(tmp_path: Path, zotsink) -> None:
     assert err == (
         f"zotsink: error: cannot open {out} for appending: its directory does not exist; "
         f"create it first; the records were saved to {spill}\n"
-        f"zotsink: 1 records are safe in {spill}; run `zotsink recover {out} {spill}` when "
+        f"zotsink: 1 record is safe in {spill}; run `zotsink recover {out} {spill}` when "
         "the cause is fixed\n"
     )
     assert spill.read_bytes() == b"rec\n"
@@ -241,7 +241,7 @@ def test_no_write_permission(tmp_path: Path, child_env) -> None:
     assert err == (
         f"zotsink: error: cannot open {out} for appending: permission denied; choose a place "
         f"you may write to; the records were saved to {spill}\n"
-        f"zotsink: 1 records are safe in {spill}; run `zotsink recover {out} {spill}` when "
+        f"zotsink: 1 record is safe in {spill}; run `zotsink recover {out} {spill}` when "
         "the cause is fixed\n"
     )
     assert spill.read_bytes() == b"rec\n"
@@ -256,7 +256,7 @@ def test_out_symlink_is_followed_but_side_files_stay_beside_the_link(
     os.symlink("data/real.txt", tmp_path / "out.txt")
     r = zotsink("out.txt", input=b"good\nbad\0\n")
     assert r.returncode == 1
-    assert no_traceback(r) == "zotsink: 1 records refused; they are in out.txt.rejects\n"
+    assert no_traceback(r) == "zotsink: 1 record refused; they are in out.txt.rejects\n"
     assert target.read_bytes() == b"good\n"
     rejects = tmp_path / "out.txt.rejects"
     assert stat.S_ISREG(os.lstat(rejects).st_mode)
@@ -282,7 +282,7 @@ def test_verbose_may_show_the_traceback(tmp_path: Path, zotsink) -> None:
 def test_kv_line_whose_first_token_has_no_separator(tmp_path: Path, zotsink) -> None:
     r = zotsink("--kv", "out.tsv", input=b"a:1 b:2\nfoo bar:1\na:3 b:4\n")
     assert r.returncode == 1
-    assert no_traceback(r) == "zotsink: 1 records refused; they are in out.tsv.rejects\n"
+    assert no_traceback(r) == "zotsink: 1 record refused; they are in out.tsv.rejects\n"
     assert (tmp_path / "out.tsv").read_bytes() == b"a\tb\n1\t2\n3\t4\n"
     assert (tmp_path / "out.tsv.rejects").read_bytes() == (
         b"line 2: the first token 'foo' has no ':': expected key:value tokens\tfoo bar:1\n"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from zotsink import ZotsinkWarning
-from zotsink._run.ledger import LEDGER_COLUMNS, read_ledger
+from zotsink._ledgerfile import LEDGER_COLUMNS, read_ledger
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 

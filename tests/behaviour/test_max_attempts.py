@@ -14,7 +14,9 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from zotsink._run.ledger import Ledger, read_begin, read_ledger, states_of
+from zotsink._ledgerfile import read_ledger
+from zotsink._run.ledger import Ledger
+from zotsink._run.states import read_begin, states_of
 from zotsink._run.tasks import Task
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]

@@ -175,7 +175,7 @@ def test_a_spilled_log_is_named_with_its_own_recover_line(
     (spill,) = spills(tmp_path, "out.txt.log")
     assert spill.read_bytes() == b"1.1\toops\n"
     assert (
-        f"zotsink: 1 lines meant for out.txt.log are safe in {spill}; "
+        f"zotsink: 1 line meant for out.txt.log is safe in {spill}; "
         "run `zotsink recover out.txt.log` when the cause is fixed"
     ) in err
     (tmp_path / "out.txt.log").rmdir()
@@ -231,7 +231,7 @@ def test_run_never_holds_a_task_line_over_the_limit_in_memory(
     )
     err = r.stderr.decode()
     assert r.returncode == 1, err  # a refused record, not a crash (70) or a lost task
-    assert "zotsink: 1 records refused; they are in out.txt.rejects" in err
+    assert "zotsink: 1 record refused; they are in out.txt.rejects" in err
     rejects = tmp_path / "out.txt.rejects"
     with open(rejects, "rb") as f:
         head = f.read(200)

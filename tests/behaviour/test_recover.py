@@ -51,7 +51,7 @@ def test_lock_timeout_spill_is_recovered_exactly_once(tmp_path: Path, zotsink: R
     r = zotsink("recover", out)
     assert r.returncode == 0, r.stderr
     # (not "3 records": the count includes the header line the spill brought)
-    assert b" records from 1 spill files into" in r.stderr
+    assert b" records from 1 spill file into" in r.stderr
     assert out.read_bytes() == b"n\tv\n" + ROWS and not spill.exists()
     r = zotsink("recover", out)  # nothing left to do
     assert r.returncode == 0 and b"recovered 0 records from 0 spill files" in r.stderr

@@ -337,3 +337,78 @@ def test_array_template_without_zotsink_fails_instead_of_hanging(
     assert r.returncode == 127
     assert b"no-such-zotsink: No such file or directory" in r.stderr
     assert os.listdir(tsv_job_dir.parent / "tmp") == []
+
+
+# -- CALL: a Python function per task, through every zotsink-run template ----------------------
+
+MEASURE = """
+def measure(line):
+    if line == "f05":
+        raise FileNotFoundError(line)
+    return {"item": line, "size": len(line)}
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "env", "job"),
+    [
+        ("zotsink-run.sbatch", {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_JOB_ID": "77",
+                                "SLURM_JOB_ID": "79"}, "77"),
+        ("zotsink-run.sge", {"SGE_TASK_ID": "2", "JOB_ID": "4711"}, "4711"),
+        ("zotsink-run.pbs", {"PBS_ARRAY_INDEX": "2", "PBS_JOBID": "815[2].pbs01"}, "815"),
+    ],
+)  # fmt: skip
+def test_template_with_call_runs_a_function_per_task(
+    job_dir: Path, child_env: Callable[..., dict[str, str]], script: str, env: dict[str, str],
+    job: str,
+) -> None:  # fmt: skip
+    (job_dir / "measure.py").write_text(MEASURE)
+    # PROCESS names a command that does not exist: with CALL set it is not used
+    r = run_job(
+        script, job_dir, child_env, **env, CALL="measure.py:measure", KV="",
+        PROCESS="./no-such-command",
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr  # task 5 failed
+    head, *rows = (job_dir / "results.tsv").read_text().splitlines(keepends=True)
+    assert head == "job\ttasknum\titem\tsize\n"
+    assert sorted(rows) == [f"{job}\t4\tf04\t3\n", f"{job}\t6\tf06\t3\n"]
+    ends = [r for r in ledger_rows(job_dir / "results.tsv.ledger") if r["event"] == "end"]
+    assert sorted((e["tasknum"], e["status"], e["job"]) for e in ends) == [
+        ("4", "ok", job), ("5", "failed", job), ("6", "ok", job),
+    ]  # fmt: skip
+    assert b"FileNotFoundError: f05" in (job_dir / "results.tsv.log").read_bytes()
+
+
+def test_the_readme_walk_through_runs_through_the_slurm_template_with_call(
+    job_dir: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    """The README's measure.py and its `export TASKS=... CALL=...` through the template."""
+    try:
+        from PIL import Image
+    except ImportError as e:  # in the test extra: in CI it is there
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"could not import PIL ({e})", pytrace=False)
+        pytest.skip(f"could not import PIL ({e})")
+    readme = (JOBS.parents[1] / "README.md").read_text()
+    (job_dir / "measure.py").write_text(
+        readme.split("```python\n# measure.py\n", 1)[1].split("```")[0]
+    )
+    assert "export TASKS=images.txt CALL=measure.py:measure" in readme
+    assert "sbatch --array=1-270 scripts/jobs/zotsink-run.sbatch" in readme
+    names = []
+    for i in range(5):
+        Image.new("L", (4, 4), 10 * i).save(job_dir / f"img{i}.png")
+        names.append(f"img{i}.png")
+    (job_dir / "images.txt").write_text("".join(f"{n}\n" for n in names))
+    for index in ("1", "2", "3"):  # CHUNK 2: elements 1-3 of the array
+        r = run_job(
+            "zotsink-run.sbatch", job_dir, child_env, TASKS="images.txt",
+            CALL="measure.py:measure", KV="", CHUNK="2", SLURM_ARRAY_TASK_ID=index,
+            SLURM_ARRAY_JOB_ID="55", SLURM_JOB_ID="56",
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    rows = (job_dir / "results.tsv").read_text().splitlines()
+    assert rows[0] == "job\ttasknum\tfilename\tmin\tmax\tmean"
+    assert sorted(rows[1:]) == [
+        f"55\t{i + 1}\timg{i}.png\t{10 * i}\t{10 * i}\t{10 * i:.1f}" for i in range(5)
+    ]

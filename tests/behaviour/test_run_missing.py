@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zotsink._run.ledger import LEDGER_COLUMNS, Ledger
+from zotsink._ledgerfile import LEDGER_COLUMNS
+from zotsink._run.ledger import Ledger
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 N = 27000
@@ -101,3 +102,18 @@ def test_lines_mode_lists_the_task_lines(ledger, zotsink: Run) -> None:
     r = zotsink("missing", tasks, "--ledger", path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().splitlines() == [f"img_{n:05d}.jpg" for n in sorted(bad)]
+
+
+def test_a_split_with_bases_below_one_says_why_they_are_right(ledger, zotsink: Run) -> None:
+    tasks, path, _bad = ledger
+    r = zotsink("missing", tasks, "--ledger", path, "--array", "--max-array", "1001")
+    bases = [int(line.split(" ")[1]) for line in r.stdout.decode().splitlines()]
+    assert min(bases) < 1
+    err = b" ".join(r.stderr.split())
+    assert b"do not fit under --max-array 1001: each line is SPEC BASE" in err
+    assert b"index I runs chunk I-BASE+1" in err
+    # a spec that fits needs no word
+    r = zotsink(
+        "missing", tasks, "--ledger", path, "--chunk", "100", "--array", "--max-array", "1001"
+    )
+    assert r.returncode == 0 and r.stderr == b""

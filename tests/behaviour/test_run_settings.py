@@ -149,3 +149,40 @@ def test_a_ledger_of_an_older_release_has_no_settings_and_takes_any(
     r = zotsink("run", tasks, "out.tsv", "--index", "2", "--chunk", "2", "--", "echo", "x")
     assert r.returncode == 0, r.stderr
     assert zotsink("missing", tasks, "--ledger", ledger, "--array").stdout == b"1\n"
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-2"])
+def test_a_recorded_chunk_that_is_no_chunk_is_refused(
+    chunked: Path, zotsink: Run, value: str
+) -> None:
+    """A run row whose chunk makes no sense (edited, or damaged) must not turn into a
+    traceback, nor into indices counted in chunks of 1: the ledger is named, and the way on."""
+    ledger = chunked.parent / "out.tsv.ledger"
+    text = ledger.read_text()
+    assert text.count('"chunk": "20"') == 1
+    ledger.write_text(text.replace('"chunk": "20"', f'"chunk": "{value}"'))
+    for args in (
+        ("status", chunked, "out.tsv"),
+        ("missing", chunked, "--ledger", "out.tsv.ledger", "--array"),
+    ):
+        r = zotsink(*args)
+        assert r.returncode == 1, r.stderr
+        assert r.stdout == b""
+        err = r.stderr.decode()
+        assert "Traceback" not in err
+        assert (
+            f"the ledger out.tsv.ledger records chunk '{value}', which is not a whole number "
+            ">= 1: give --chunk as the job script runs the array, or record it again with "
+            "`zotsink run ... --chunk N --new-settings`"
+        ) in " ".join(err.split())
+    r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array", "--chunk", "20")
+    assert (r.returncode, r.stdout) == (0, b"1,3-15\n"), r.stderr
+
+
+def test_the_refusal_of_other_settings_names_the_option_to_give(
+    chunked: Path, zotsink: Run
+) -> None:
+    r = zotsink("run", chunked, "out.tsv", "--index", "2", "--chunk", "20", "--", "echo", "-n")
+    assert r.returncode == 2
+    err = " ".join(r.stderr.decode().split())
+    assert "Run with the recorded command (`zotsink status TASKS --ledger" in err

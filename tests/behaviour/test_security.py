@@ -147,7 +147,7 @@ def test_cli_spill_skips_a_planted_symlink(holder: Path, child_env) -> None:
     )
     err = r.stderr.decode()
     assert r.returncode == 75, err
-    m = re.search(r"^zotsink: 1 records are safe in (\S+);", err, re.M)
+    m = re.search(r"^zotsink: 1 record is safe in (\S+);", err, re.M)
     assert m and re.fullmatch(rf"{re.escape(str(out))}\.spill\.{re.escape(HOST)}\.\d+\.1", m[1])
     assert Path(m[1]).read_bytes() == b"rec\n"
     assert victim.read_bytes() == b"precious\n"
@@ -178,7 +178,7 @@ def test_rejects_never_go_through_a_planted_name(tmp_path: Path, zotsink, plante
     assert "Traceback" not in err
     saved = Path(f"{rejects}.spill.{HOST}.{saved_pid(err)}")
     assert err == (
-        f"zotsink: 1 records refused; they are in {saved}\n"
+        f"zotsink: 1 record refused; they are in {saved}\n"
         f"zotsink: error: cannot open {rejects} for appending: {why}; the records were saved "
         f"to {saved}\n"
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from realusers import User, make_users, needs_root, remove_tree, sticky_dir
 
-from zotsink._run.ledger import LEDGER_COLUMNS
+from zotsink._ledgerfile import LEDGER_COLUMNS
 
 pytestmark = needs_root
 

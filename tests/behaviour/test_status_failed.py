@@ -105,3 +105,61 @@ def test_a_big_log_is_streamed(tmp_path: Path, zotsink: Run) -> None:
     code, rss_kib = out.stdout.split()
     assert int(code) == 1, out.stderr
     assert int(rss_kib) < 60 * 1024, rss_kib  # the log is not held: its last lines are
+
+
+#: Every task fails alike: the file it opens is not there (run from the wrong directory).
+WRONG_PATH = """
+import json
+
+
+def measure(line):
+    with open("images/" + line) as f:
+        return json.load(f)
+"""
+
+
+def test_three_thousand_alike_failures_are_one_group_with_its_traceback_whole(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"img{n:04d}.json\n" for n in range(1, 3001)))
+    (tmp_path / "measure.py").write_text(WRONG_PATH)
+    r = zotsink("run", tasks, "out.tsv", "--jobs", "2", "--call", "measure.py:measure",
+                timeout=300)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    assert r.returncode == 1
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("3000 tasks failed alike: 1-3000; the first, task 1 failed "), lines
+    assert lines[0].endswith("): img0001.json")
+    # the traceback's last frame and the exception whole, under its first line; a few lines
+    tail = [x[4:] for x in lines[1:]]
+    assert tail[0] == "Traceback (most recent call last):"
+    frame = next(i for i, x in enumerate(tail) if x.startswith('  File "') and "measure.py" in x)
+    assert tail[frame + 1].strip() == 'with open("images/" + line) as f:'
+    assert tail[-1] == (
+        "FileNotFoundError: [Errno 2] No such file or directory: 'images/img0001.json'"
+    )
+    assert len(lines) <= 10, lines
+    assert b"--all shows each" in r.stderr
+    # --all: each task, each with its own tail
+    r = zotsink("status", tasks, "out.tsv", "--failed", "--all")
+    heads = [x for x in r.stdout.decode().splitlines() if x.startswith("task ")]
+    assert len(heads) == 3000 and heads[-1].endswith("): img3000.json")
+    # JSON: the group, and every task as before
+    d = json.loads(zotsink("status", tasks, "out.tsv", "--failed", "--json").stdout)
+    assert [(g["state"], g["count"], g["example"]) for g in d["failure_groups"]] == [
+        ("failed", 3000, 1)
+    ]
+    assert len(d["failed"]) == 3000
+
+
+def test_failures_that_differ_are_groups_of_their_own(tmp_path: Path, zotsink: Run) -> None:
+    tasks = run_tasks(tmp_path, zotsink)
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    lines = r.stdout.decode().splitlines()
+    # two groups of one: each shown as a task, as before
+    assert [x.split(" (")[0] for x in lines if not x.startswith("    ")] == [
+        "task 2 failed", "task 4 killed",
+    ]  # fmt: skip
+    assert b"--all" not in r.stderr

@@ -4,15 +4,18 @@ runs are dead and no job of the ledger is queued or running."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from waiting import wait_for
 
-from zotsink._run.ledger import LEDGER_COLUMNS, Ledger
+from zotsink._ledgerfile import LEDGER_COLUMNS
+from zotsink._run.ledger import Ledger
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 NO_ARRAY = {
@@ -86,3 +89,86 @@ def test_watch_ends_when_the_scheduler_no_longer_has_the_job(
     _, rest = w.communicate(timeout=60)
     assert w.returncode == 1
     assert b"zotsink: 2 tasks: 1 lost, 1 never\n" in rest, rest
+
+
+#: An squeue that hangs (a login node whose controller does not answer) until the file
+#: `release` exists; it notes its pid first.
+HANGING_SQUEUE = """#!/bin/sh
+echo $$ >> asked
+while [ ! -e release ]; do sleep 0.05; done
+echo RUNNING
+"""
+
+
+def hanging_scheduler(tmp_path: Path, child_env: Callable[..., dict[str, str]]) -> dict[str, str]:
+    (tmp_path / "tasks.txt").write_text("a\n")
+    book = Ledger(tmp_path / "out.txt.ledger", env={"SLURM_ARRAY_JOB_ID": "4711"})
+    start = book.start_row(1, "a", 1).split(b"\t")
+    start[LEDGER_COLUMNS.index("host")] = b"another-node"
+    book.append([b"\t".join(start)])
+    book.close()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(HANGING_SQUEUE)
+    (bin_dir / "squeue").chmod(0o755)
+    return child_env({**NO_ARRAY, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+
+
+def frame(w: subprocess.Popen[bytes]) -> bytes:
+    """The next frame of a watch; a frozen watch fails the test instead of hanging it."""
+    assert w.stderr is not None
+    ready, _, _ = select.select([w.stderr], [], [], 20)
+    assert ready, "no frame in 20 s: the watch froze"
+    return w.stderr.readline()
+
+
+def test_watch_redraws_while_the_scheduler_hangs_and_ends(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]], reap
+) -> None:
+    env = hanging_scheduler(tmp_path, child_env)
+    w = reap(watch(tmp_path, env))
+    try:
+        for _ in range(4):  # frame after frame while squeue still has not answered
+            line = frame(w)
+            assert b"0/1 ok" in line and b"1 running" in line, line
+            assert b"scheduler: no answer in" in line, line
+        assert not (tmp_path / "release").exists() and w.poll() is None
+        # the task ends: the next frame shows it, whatever squeue does, and the watch ends
+        book = Ledger(tmp_path / "out.txt.ledger", env={"SLURM_ARRAY_JOB_ID": "4711"})
+        book.append([book.end_row(1, "a", 1, status="ok", exit=0, seconds=1.0)])
+        book.close()
+        _, rest = w.communicate(timeout=60)
+    finally:
+        (tmp_path / "release").touch()
+    assert w.returncode == 0, rest
+    assert b"zotsink: 1 task: 1 ok\n" in rest, rest
+    # the squeue it asked was ended with it (killed: the file `release` came only now)
+    for pid in (tmp_path / "asked").read_text().split():
+        end = time.monotonic() + 10  # a killed process is gone at once; allow for load
+        while alive(int(pid)) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not alive(int(pid)), f"squeue {pid} was left running"
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_status_waits_for_a_hanging_scheduler_a_few_seconds_and_says_so(
+    tmp_path: Path, child_env: Callable[..., dict[str, str]]
+) -> None:
+    env = hanging_scheduler(tmp_path, child_env)
+    try:
+        r = subprocess.run(
+            [*ZOTSINK, "status", "tasks.txt", "out.txt"], cwd=tmp_path, env=env,
+            capture_output=True, timeout=20,
+        )  # fmt: skip
+    finally:
+        (tmp_path / "release").touch()
+    assert r.returncode == 1
+    assert b"1 running" in r.stderr
+    assert b"zotsink: scheduler: no answer in 3 s;" in r.stderr, r.stderr

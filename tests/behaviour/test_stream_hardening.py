@@ -156,7 +156,7 @@ def test_sigterm_during_an_over_long_line_flushes_earlier_records_and_stops(
         assert f.read(len(reason)) == reason
         body = f.read()
     assert body == head + b"\n"
-    assert "1 records refused" in err and "stopped by SIGTERM" in err
+    assert "1 record refused" in err and "stopped by SIGTERM" in err
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -181,7 +181,7 @@ def test_stop_mid_line_sends_the_part_to_rejects(
     assert out.read_bytes() == b"a\t12345\n"
     assert (tmp_path / "out.tsv.rejects").read_bytes() == b"byte 9: incomplete at stop\tb\t12\n"
     assert err == (
-        f"zotsink: 1 records refused; they are in {out}.rejects\n"
+        f"zotsink: 1 record refused; they are in {out}.rejects\n"
         f"zotsink: stopped by {sig.name} after writing everything read\n"
     )
 
@@ -200,7 +200,7 @@ def test_stop_stamps_and_writes_the_lines_waiting_in_the_buffer(
     finally:
         os.close(w)
     assert err == (
-        f"zotsink: 1 records refused; they are in {out}.rejects\n"
+        f"zotsink: 1 record refused; they are in {out}.rejects\n"
         "zotsink: stopped by SIGTERM after writing everything read\n"
     )
     assert out.read_bytes() == b"9\t4\ta\n9\t4\tb\n"

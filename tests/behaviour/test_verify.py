@@ -398,3 +398,21 @@ def test_repair_while_four_writers_stream(
     moved = sorted(ln.split(b"\t", 1)[1] for ln in _rejects(out))
     assert moved == sorted(injected)
     assert verify(out, lock=kind).ok
+
+
+def test_verify_a_ledger_counts_its_header_as_no_record(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    zotsink = [sys.executable, "-m", "zotsink"]
+    r = subprocess.run(
+        [*zotsink, "run", "tasks.txt", "out.txt", "--", "echo"], cwd=tmp_path,
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "out.txt.ledger").read_bytes().count(b"\n")
+    r = subprocess.run(
+        [*zotsink, "verify", "out.txt.ledger"], cwd=tmp_path, capture_output=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode() == (
+        f"zotsink: out.txt.ledger: {lines} lines, {lines - 1} records, no problems\n"
+    )

@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 
 from zotsink import UsageError
-from zotsink._run.ledger import (
-    Ledger,
-    read_begin,
-    read_ledger,
-    settings_conflict,
-    states_of,
-)
+from zotsink._ledgerfile import read_ledger
+from zotsink._run.ledger import Ledger
+from zotsink._run.settings import settings_conflict
+from zotsink._run.states import read_begin, states_of
 from zotsink._run.tasks import Task
 
 A = {"chunk": "10", "base": "1", "format": "tsv", "command": "echo", "tasks": "t.txt"}
@@ -74,3 +71,30 @@ def test_settings_recorded_by_another_run_later_do_not_stop_a_run_halfway(tmp_pa
     picked, _ = book.claim(deque([Task(2, "b")]), 1, [])
     assert [(t.num, n) for t, n in picked] == [(2, 1)]
     book.close()
+
+
+def test_reconcile_is_what_a_run_goes_on_with() -> None:
+    """The settings policy of a resubmission, without a ledger: kept chunk and base, the
+    recorded limit, the refusal and --new-settings."""
+    from zotsink._run.settings import reconcile
+
+    recorded = {**A, "max_attempts": "3"}
+    mine = {**A, "base": "7", "max_attempts": ""}
+    # a part of a split resubmission runs under a base of its own: the first stays on record
+    got = reconcile(recorded, mine, path="L", array=True, new_settings=False)
+    assert (got["base"], got["max_attempts"]) == ("1", "3")
+    # a run of every task keeps the array's chunk and base on record
+    no_index = {k: v for k, v in mine.items() if k not in ("chunk", "base")}
+    got = reconcile(recorded, no_index, path="L", array=False, new_settings=False)
+    assert (got["chunk"], got["base"]) == ("10", "1")
+    # a limit given is this run's; none recorded and none given: none
+    given = reconcile(
+        recorded, {**mine, "max_attempts": "5"}, path="L", array=True, new_settings=False
+    )
+    assert given["max_attempts"] == "5"
+    assert reconcile(None, mine, path="L", array=True, new_settings=False) == mine
+    other = {**mine, "chunk": "5"}
+    with pytest.raises(UsageError, match=r"the ledger L records chunk '10' .* has '5'"):
+        reconcile(recorded, other, path="L", array=True, new_settings=False)
+    got = reconcile(recorded, other, path="L", array=True, new_settings=True)
+    assert (got["chunk"], got["base"]) == ("5", "7")  # recorded anew, as this run was called

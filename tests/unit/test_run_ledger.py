@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from zotsink import InputError
-from zotsink._run.ledger import LATER_COLUMNS, LEDGER_COLUMNS, Ledger, read_ledger, states_of
+from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
+from zotsink._run.ledger import Ledger
+from zotsink._run.states import states_of
 
 ENV = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3"}
 
@@ -95,3 +97,43 @@ def test_end_rows_name_where_the_attempt_s_records_are(tmp_path: Path) -> None:
     book.close()
     (row,) = read_ledger(path)
     assert (row.tasknum, row.attempt, row.bytes, row.out_offset) == (3, "2", "10", "1234")
+
+
+def test_a_task_the_run_did_not_know_when_it_began_is_claimed_by_its_whole_history(
+    tmp_path: Path,
+) -> None:
+    """A claim's look at the news passes by the rows of tasks the run did not name when it
+    began; a task that comes to be claimed later still counts every row it has."""
+    from collections import deque
+
+    from zotsink._run.states import read_states
+    from zotsink._run.tasks import Task
+
+    path = tmp_path / "l"
+    other = Ledger(path, env={})
+    # before this run's snapshot: task 2 failed once in another run
+    other.append([other.start_row(2, "two", 1), other.end_row(2, "two", 1, status="failed")])
+    states, seen = read_states(path, {1: "one"})
+    book = Ledger(path, env={})
+    book.begin({1: "one"}, states, seen, rerun=False)
+    # after it: task 2 failed again, task 3 ended ok, task 4 ran under another line
+    other.append(
+        [
+            other.start_row(2, "two", 2),
+            other.end_row(2, "two", 2, status="failed"),
+            other.start_row(3, "three", 1),
+            other.end_row(3, "three", 1, status="ok"),
+            other.start_row(4, "OLD four", 1),
+            other.end_row(4, "OLD four", 1, status="ok"),
+        ]
+    )
+    other.close()
+    picked, dropped = book.claim(deque([Task(1, "one")]), 1, [])  # reads all that news
+    assert ([(t.num, a) for t, a in picked], dropped) == ([(1, 1)], [])
+    queue = deque([Task(2, "two"), Task(3, "three"), Task(4, "four")])
+    picked, dropped = book.claim(queue, 3, [])
+    book.close()
+    assert [(t.num, a) for t, a in picked] == [(2, 3), (4, 1)]  # its third attempt; a new line
+    assert [t.num for t in dropped] == [3]  # ok in the other run
+    rows = [(r.event, r.tasknum, r.attempt) for r in read_ledger(path) if r.pid == str(os.getpid())]
+    assert rows[-2:] == [("start", 2, "3"), ("start", 4, "1")]

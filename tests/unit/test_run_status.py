@@ -106,3 +106,34 @@ def test_resubmit_specs_and_lines(tmp_path: Path) -> None:
     assert resubmit_specs(tasks, tmp_path / "l", states="failed") == [("4", 1)]
     assert resubmit_specs(tasks, tmp_path / "l", max_array=11) == [("4-5", 1), ("3", -19)]
     assert [t.line for t in tasks_in(tasks, tmp_path / "l")] == ["t4", "t5", "t23"]
+
+
+def test_rate_reads_in_a_unit_with_a_few_digits() -> None:
+    from zotsink import rate_text
+
+    assert rate_text(6939896.8 / 3600) == "1,928 tasks/s"
+    assert rate_text(5.3) == "5.30 tasks/s"
+    assert rate_text(0.5) == "30.0 tasks/min"
+    assert rate_text(150 / 3600) == "2.50 tasks/min"
+    assert rate_text(36 / 3600) == "36.0 tasks/h"
+    assert rate_text(0.72 / 3600) == "0.72 tasks/h"
+
+
+def test_slow_lines_only_for_tasks_slow_against_the_median(tmp_path: Path) -> None:
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("a\nb\nc\nd\ne\n")
+    alike = [("end", n, k, {"status": "ok", "seconds": "2.000"}) for n, k in enumerate("abcd", 1)]
+    ledger_with(tmp_path / "l", alike)
+    r = task_status(tasks, tmp_path / "l")
+    assert len(r.slowest) == 4 and r.median == 2.0
+    lines = status_lines(r)
+    assert not [x for x in lines if x.startswith("slow:")]  # nothing is slow
+    assert lines[0] == "5 tasks: 4 ok, 1 never"
+    ledger_with(tmp_path / "l2", [*alike, ("end", 5, "e", {"status": "ok", "seconds": "30"})])
+    r = task_status(tasks, tmp_path / "l2")
+    assert [x for x in status_lines(r) if x.startswith("slow:")] == [
+        "slow: task 5 took 30 s (median 2.0 s): e"
+    ]
+    one = tmp_path / "one.txt"
+    one.write_text("a\n")
+    assert status_lines(task_status(one, tmp_path / "l"))[0] == "1 task: 1 ok"

@@ -9,14 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink import InputError, UsageError
-from zotsink._run.tasks import (
-    Task,
-    chunk_of,
-    chunk_range,
-    read_tasks,
-    scheduler_index,
-    split_spec,
-)
+from zotsink._arrays import chunk_of, chunk_range, scheduler_index, split_spec
+from zotsink._run.tasks import Task, read_tasks
 
 
 def expand(spec: str) -> list[int]:

@@ -3,7 +3,8 @@
 INPUTS is the task list a job script reads one line of (``awk NR==$SLURM_ARRAY_TASK_ID``):
 line N is task N. A task is done when OUT has a record whose key column holds the task's
 line (compared exactly, or by base name, or by base name without its extension).
-:func:`array_spec` turns the missing line numbers into a Slurm ``--array`` spec.
+:func:`zotsink._arrays.array_spec` turns the missing line numbers into a Slurm ``--array``
+spec.
 
 Blank task lines (empty or only whitespace) are counted, because ``awk NR`` counts them,
 but never reported: a task with nothing to work on cannot produce a record, and reporting
@@ -33,7 +34,7 @@ from .._core.records import format_for, unescape_tsv
 from .._read import read_records
 from ..errors import InputError, UsageError, ZotsinkWarning
 
-__all__ = ["MATCHES", "array_spec", "missing", "missing_lines"]
+__all__ = ["MATCHES", "missing", "missing_lines"]
 
 #: Values of ``--match``.
 MATCHES: Final = ("exact", "basename", "stem")
@@ -265,23 +266,3 @@ def missing(
         inputs, path, key, match=match, format=format, lock=lock, timeout=timeout
     ):
         yield line
-
-
-def array_spec(numbers: Iterable[int]) -> str:
-    """A compact Slurm ``--array`` spec: ``[3, 7, 8, 9, 15]`` -> ``"3,7-9,15"``."""
-    parts: list[str] = []
-    run: list[int] = []
-    for n in sorted(set(numbers)):
-        if run and n == run[-1] + 1:
-            run.append(n)
-            continue
-        if run:
-            parts.append(_run(run))
-        run = [n]
-    if run:
-        parts.append(_run(run))
-    return ",".join(parts)
-
-
-def _run(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"

@@ -29,7 +29,7 @@ from typing import Any
 from .._core.fileio import pread_chunks
 from .._core.records import format_for
 from .._core.snapshot import snapshot
-from .._run.ledger import claims
+from .._read import committed_parts
 from ..errors import InputError
 from .check import check
 from .repair import repair_locked
@@ -57,6 +57,8 @@ def verify(
     """
     p = os.fspath(path)
     fmt = format_for(p, format)
+    if format in (None, "auto") and p.endswith(".ledger"):
+        fmt = "tsv"  # a ledger of `zotsink run`: a TSV whose first line is its header
     has_header = fmt != "lines" if header is None else header
     if os.path.isdir(p):  # open(2) of a directory for reading succeeds: say it here
         raise InputError(f"{p} is a directory, not a zotsink output", path=p)
@@ -64,15 +66,14 @@ def verify(
     try:
         # An OUT of `zotsink run` holds every attempt's lines: a retry's records repeat the
         # failed attempt's. Its ledger says which lines count; repeats are no damage there.
-        c = claims(p + ".ledger", lock=lock, timeout=timeout)
+        c = committed_parts(p, size, lock=lock, timeout=timeout)
         report = VerifyReport(p, fmt, allow_duplicates=allow_duplicates or c is not None)
         for _ in check(fd, size, report, has_header, keep):
             pass
         if c is not None:
             claimed = c.header > 0 and has_header
             for at, length in c.parts:
-                if at + length <= size:
-                    claimed += sum(b.count(b"\n") for b in pread_chunks(fd, at + length, start=at))
+                claimed += sum(b.count(b"\n") for b in pread_chunks(fd, at + length, start=at))
             report.unclaimed = max(0, report.lines - claimed)
     finally:
         os.close(fd)

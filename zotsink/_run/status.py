@@ -8,14 +8,15 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._check.missing import array_spec
+from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from ..errors import UsageError
-from .alive import forget_jobs, job_alive
-from .ledger import FAILING, STATES, LedgerTally, TaskState
+from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
 from .logline import log_lines
-from .tasks import Task, chunk_of, split_spec, task_lines
+from .settings import recorded_array
+from .states import FAILING, STATES, LedgerTally, TaskState
+from .tasks import Task, task_lines
 
 __all__ = [
     "FailedTask",
@@ -23,6 +24,7 @@ __all__ = [
     "StatusReport",
     "failed_tasks",
     "ledger_missing",
+    "ledger_time",
     "parse_states",
     "resubmit_specs",
     "task_status",
@@ -46,6 +48,10 @@ class StatusReport(NamedTuple):
     # whether tasks that never ran may still start: no run has begun yet, or the scheduler
     # still has a job of the ledger queued or running (or cannot say)
     waiting: bool = True
+    # the median seconds of the tasks whose latest attempt ended: what "slow" is against
+    median: float | None = None
+    # what the scheduler left untold: "no answer in N s" (None: it answered, or none asked)
+    scheduler: str | None = None
 
     @property
     def all_ok(self) -> bool:
@@ -71,6 +77,7 @@ class StatusReport(NamedTuple):
             "base": self.base,
             "max_attempts": self.max_attempts,
             "resubmit": self.resubmit(),
+            "scheduler": self.scheduler,
         }
 
     def given_up(self) -> list[int]:
@@ -93,7 +100,16 @@ def _state(states: Mapping[int, TaskState], num: int) -> str:
     return states.state(num) if isinstance(states, LedgerTally) else states[num].state
 
 
-def _epoch(stamp: str) -> float | None:
+def _median(tally: LedgerTally) -> float | None:
+    times = [secs for _n, secs, _line in tally.slowest(len(tally))]
+    if not times:
+        return None
+    half = len(times) // 2  # slowest first
+    return times[half] if len(times) % 2 else (times[half - 1] + times[half]) / 2
+
+
+def ledger_time(stamp: str) -> float | None:
+    """A ledger row's time as seconds since the epoch (None when it is not one)."""
     from datetime import datetime, timezone
 
     try:
@@ -101,21 +117,6 @@ def _epoch(stamp: str) -> float | None:
     except ValueError:
         return None
     return t.replace(tzinfo=timezone.utc).timestamp()
-
-
-def recorded_array(
-    settings: Mapping[str, str] | None, chunk: int | None, base: int | None
-) -> tuple[int, int]:
-    """``chunk`` and ``base`` as given, else as the ledger's settings record them, else 1."""
-    got = settings or {}
-
-    def pick(given: int | None, name: str) -> int:
-        if given is not None:
-            return given
-        value = got.get(name, "")
-        return int(value) if value.lstrip("-").isdigit() else 1
-
-    return pick(chunk, "chunk"), pick(base, "base")
 
 
 def task_status(
@@ -129,38 +130,45 @@ def task_status(
     fresh: bool = False,
     lock: str = "auto",
     timeout: float = 600.0,
+    wait_scheduler: float = SCHEDULER_WAIT,
 ) -> StatusReport:
     """Where every runnable task of ``tasks`` stands according to ``ledger``; ``chunk``,
     ``base`` and ``max_attempts`` default to the ledger's recorded settings. ``fresh``:
-    the scheduler is asked again about jobs this process asked about before (a watch)."""
+    the scheduler is asked again about jobs this process asked about before (a watch).
+    The scheduler gets ``wait_scheduler`` seconds in all to say which jobs still run; what
+    it has not said by then counts as it last said (else as running), and ``scheduler``
+    says so."""
     if fresh:
         forget_jobs()
     keys, _ = task_lines(tasks)
-    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
-    counts = tally.counts()
-    start, end = (_epoch(t) if t else None for t in (tally.first_time, tally.last_time))
+    with scheduler_wait(wait_scheduler) as late:
+        tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
+        counts = tally.counts()
+        # Runs without a scheduler (no job id) that are all gone leave nothing to wait
+        # for; a job the scheduler cannot answer about may still start tasks.
+        waiting = tally.first_time is None or (
+            counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
+        )
+    start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
     eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
-    chunk, base = recorded_array(tally.settings, chunk, base)
-    # Runs without a scheduler (no job id) that are all gone leave nothing to wait for;
-    # a job the scheduler cannot answer about may still start tasks.
-    waiting = tally.first_time is None or (
-        counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
-    )
+    chunk, base = recorded_array(tally.settings, chunk, base, path=os.fspath(ledger))
     return StatusReport(
         total=len(keys),
         counts=counts,
         rate=rate,
         eta=eta,
         slowest=tally.slowest(slowest),
+        median=_median(tally) if slowest else None,
         states=tally,
         settings=tally.settings,
         chunk=chunk,
         base=base,
         max_attempts=tally.max_attempts,
         waiting=waiting,
+        scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
     )
 
 
@@ -213,7 +221,7 @@ def ledger_missing(
     ``chunk`` and ``base`` default to the ones the ledger's latest run recorded (else 1),
     so that the specs select the chunks the job script runs. ``max_array`` (the site's
     MaxArraySize) splits the specs so that no index reaches it; see
-    :func:`~zotsink._run.tasks.split_spec`.
+    :func:`~zotsink._arrays.split_spec`.
     """
     if chunk is not None and chunk < 1:
         raise UsageError(f"--chunk must be at least 1, not {chunk}")
@@ -229,7 +237,7 @@ def ledger_missing(
         )
     keys, _ = task_lines(tasks)
     found = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
-    chunk, base = recorded_array(found.settings, chunk, base)
+    chunk, base = recorded_array(found.settings, chunk, base, path=path)
     picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
     chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})

@@ -1,40 +1,20 @@
-"""Task lists: which lines of TASKS an array element runs.
+"""Task lists: the lines of TASKS, numbered, and the command line of each.
 
 A task list has one task per line. Every line is numbered as awk's ``NR`` numbers it, so
 task numbers stay the line numbers a user sees in an editor; blank lines and lines starting
-with ``#`` are numbered but never run. Array element ``index`` with ``chunk`` K and ``base``
-B runs the lines ``(index - B) * K + 1`` ... ``(index - B + 1) * K``.
+with ``#`` are numbered but never run. Which lines an array element runs is the arithmetic
+of :mod:`zotsink._arrays`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Mapping, Sequence
-from typing import Final, NamedTuple
+from collections.abc import Container, Sequence
+from typing import NamedTuple
 
-from .._check.missing import array_spec
-from ..errors import InputError, UsageError
+from ..errors import InputError
 
-__all__ = [
-    "INDEX_VARS",
-    "Task",
-    "chunk_of",
-    "chunk_range",
-    "read_tasks",
-    "scheduler_index",
-    "split_spec",
-    "task_argv",
-    "task_lines",
-]
-
-#: Where schedulers put the array index, in the order they are looked at.
-INDEX_VARS: Final = (
-    "SLURM_ARRAY_TASK_ID",
-    "SGE_TASK_ID",
-    "PBS_ARRAY_INDEX",
-    "PBS_ARRAYID",
-    "LSB_JOBINDEX",
-)
+__all__ = ["Task", "read_tasks", "task_argv", "task_lines"]
 
 
 class Task(NamedTuple):
@@ -50,8 +30,8 @@ def read_tasks(
     """The runnable tasks of ``path`` and its number of lines.
 
     Lines are decoded as UTF-8 with surrogate escapes, so a file name in another encoding
-    reaches the command byte for byte. ``only`` (a :func:`chunk_range`): just those task
-    numbers, the others never made into objects.
+    reaches the command byte for byte. ``only`` (a :func:`~zotsink._arrays.chunk_range`):
+    just those task numbers, the others never made into objects.
     """
     lines, count = task_lines(path, only=only)
     return [Task(num, text) for num, text in lines.items()], count
@@ -93,66 +73,6 @@ def task_lines(
         if text.strip() and not text.lstrip().startswith("#"):
             tasks[num] = text
     return tasks, len(lines)
-
-
-def scheduler_index(env: Mapping[str, str] | None = None) -> int | None:
-    """This array element's index from the scheduler's variables, or None outside an array."""
-    env = os.environ if env is None else env
-    for var in INDEX_VARS:
-        val = env.get(var, "")
-        if not val or val == "undefined":  # SGE says "undefined" outside arrays
-            continue
-        if var == "LSB_JOBINDEX" and val == "0":  # LSF: 0 outside arrays
-            continue
-        try:
-            return int(val)
-        except ValueError:
-            raise UsageError(f"{var}={val!r} is not an array index; give --index N") from None
-    return None
-
-
-def chunk_range(index: int, chunk: int, base: int) -> range:
-    """Task numbers that array element ``index`` runs."""
-    if chunk < 1:
-        raise UsageError(f"--chunk must be at least 1, not {chunk}")
-    first = (index - base) * chunk + 1
-    if first < 1:
-        raise UsageError(
-            f"array index {index} is below --base {base}: it would run task {first}; "
-            "check --base (0 for arrays that start at 0)"
-        )
-    return range(first, first + chunk)
-
-
-def chunk_of(tasknum: int, chunk: int, base: int) -> int:
-    """The array index whose chunk holds task ``tasknum``."""
-    return (tasknum - 1) // chunk + base
-
-
-def split_spec(chunks: Sequence[int], base: int, max_array: int | None) -> list[tuple[str, int]]:
-    """Array specs for the chunk numbers ``chunks`` (1-based), each with the base to run it.
-
-    Chunk c runs as index ``c - 1 + base``. When the largest index would not stay below
-    ``max_array`` (Slurm's MaxArraySize: indices run up to MaxArraySize - 1), the chunks are
-    split into groups that each fit, and each group gets its own base, so index ``a`` of a
-    group still runs chunk ``a - base + 1``.
-    """
-    if not chunks:
-        return []
-    if max_array is None or max(chunks) - 1 + base < max_array:
-        return [(array_spec(c - 1 + base for c in chunks), base)]
-    low = max(base, 0)  # the smallest index a group uses: the user's own base, never negative
-    cap = max_array - low  # chunks per group
-    if cap < 1:
-        raise UsageError(f"--max-array {max_array} leaves no index at or above --base {base}")
-    groups: dict[int, list[int]] = {}
-    for c in sorted(set(chunks)):
-        groups.setdefault((c - 1) // cap, []).append(c)
-    out = []
-    for g, members in sorted(groups.items()):
-        b = low - g * cap
-        out.append((array_spec(c - 1 + b for c in members), b))
-    return out
 
 
 def task_argv(command: Sequence[str], line: str, shell: bool) -> list[str]:

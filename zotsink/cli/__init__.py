@@ -81,11 +81,14 @@ class _LazyGroup(click.Group):
 
 
 def _refuse_typo(word: str) -> None:
-    """A first word that looks like a mistyped command is an error, not a file name.
+    """A first word that is no command, has no extension and names no existing file is an
+    error, not a file name.
 
-    ``zotsink verfy h.tsv`` would otherwise append ``h.tsv`` to a new file named ``verfy``
-    and exit 0. A word close to a command name, with no dot or slash in it and no file of
-    that name, is refused; an existing file is always taken as OUT.
+    ``zotsink stop tasks.txt out.tsv`` (a command a user might guess) would otherwise append
+    two records to a new file named ``stop`` and exit 0. Such a word is refused, with the
+    closest command when one is near (``verfy``); an existing file, a path (``dir/out``) and
+    a name with an extension (``out.tsv``) are always taken as OUT, and ``zotsink append
+    WORD`` names any file.
     """
     import os
 
@@ -94,13 +97,14 @@ def _refuse_typo(word: str) -> None:
     import difflib
 
     close = difflib.get_close_matches(word.lower(), list(COMMANDS), n=1, cutoff=0.7)
+    way_out = f"to append to a file with that name, write `zotsink append {word}`"
     if close or word.lower() in COMMANDS:
         guess = close[0] if close else word.lower()
-        fail(
-            f"no command {word!r}: did you mean `zotsink {guess}`? To append to a file with "
-            f"that name, write `zotsink append {word}`",
-            2,
-        )
+        fail(f"no command {word!r}: did you mean `zotsink {guess}`? To{way_out[2:]}", 2)
+    fail(
+        f"no command {word!r} (the commands: {', '.join(COMMANDS)}; `zotsink --help`); {way_out}",
+        2,
+    )
 
 
 def _exists(module: str) -> bool:

@@ -100,6 +100,11 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 record``, ``2 records``: a count and its noun, in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
     """Tell what did not reach its file, for every command that appends records; the first
     error that was not a header mismatch (for the exit code, see :func:`outcome_code`).
@@ -117,7 +122,7 @@ def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
         if o.rejected:
             why = "header mismatch" if mismatch else "refused"
             click.echo(
-                f"zotsink: {o.rejected} records {why}; they are in {o.rejects_path}"
+                f"zotsink: {counted(o.rejected, 'record')} {why}; they are in {o.rejects_path}"
                 + (f" ({o.error})" if mismatch else ""),
                 err=True,
             )
@@ -134,9 +139,12 @@ def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
             failed = failed or o.error
         if o.spilled:
             # the first file is the command's OUT; the others (run's log and ledger) are named
-            what = "records" if i == 0 else f"lines meant for {o.path}"
+            what = "record" if i == 0 else "line"
+            meant = "" if i == 0 else f" meant for {o.path}"
+            safe = "is safe in" if o.spilled == 1 else "are safe in"
+            where = ", ".join(o.spill_paths)
             click.echo(
-                f"zotsink: {o.spilled} {what} are safe in {', '.join(o.spill_paths)}; "
+                f"zotsink: {counted(o.spilled, what)}{meant} {safe} {where}; "
                 f"run `{recover_command(o.path, o.spill_paths)}` when the cause is fixed",
                 err=True,
             )

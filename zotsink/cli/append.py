@@ -12,6 +12,7 @@ from ._common import (
     CONTEXT,
     batch_options,
     column_list,
+    counted,
     lock_options,
     outcome_code,
     quiet_option,
@@ -113,7 +114,7 @@ def _report(out: str, r: StreamReport) -> int:
     failed = report_outcome(r.outcomes)
     if r.unterminated:
         say("note: the input did not end with a newline; one was added")
-    done = f"{r.appended} bytes" if r.records is None else f"{r.records} records"
+    done = counted(r.appended, "byte") if r.records is None else counted(r.records, "record")
     say(f"{done} appended to {out} (lock wait {r.lock_wait:.3f} s)", level=1)
     if r.signal is not None:
         import signal as _signal

@@ -20,7 +20,7 @@ from ._common import (
 
 
 def _states() -> tuple[str, ...]:
-    from .._run.ledger import STATES  # a constant, read only when the shell completes
+    from .._run.states import STATES  # a constant, read only when the shell completes
 
     return STATES
 
@@ -196,6 +196,14 @@ def _from_ledger(
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         stdout_closed()
+    if as_array and max_array is not None and any(b < 1 for _spec, b in found.specs):
+        # a negative BASE reads like a mistake: say why it is right
+        say(
+            f"the chunks do not fit under --max-array {max_array}: each line is SPEC BASE, "
+            f"submitted as --array=SPEC running `zotsink run --base BASE` (ZOTSINK_BASE in "
+            "the templates); index I runs chunk I-BASE+1, so later lines reuse the low "
+            "indices with a BASE of 0 or below"
+        )
     if found.given_up:
         # stderr, under -q too: a task left out must never look as if it were done
         limit = f" (--max-attempts {found.max_attempts})" if found.max_attempts else ""

@@ -6,7 +6,15 @@ import sys
 
 import click
 
-from ._common import CONTEXT, quiet_option, read_lock_options, run_api, say, set_verbosity
+from ._common import (
+    CONTEXT,
+    counted,
+    quiet_option,
+    read_lock_options,
+    run_api,
+    say,
+    set_verbosity,
+)
 
 
 @click.command("recover", context_settings=CONTEXT)
@@ -52,5 +60,8 @@ def recover_cmd(
         say(f"left {p}: its writer is still running (use --force to take it anyway)")
     for p, why in rep.refused:
         say(f"left {p}: {why}")
-    say(f"recovered {rep.records} records from {len(rep.files)} spill files into {out}")
+    say(
+        f"recovered {counted(rep.records, 'record')} from {counted(len(rep.files), 'spill file')}"
+        f" into {out}"
+    )
     sys.exit(0 if rep.ok else 1)

@@ -50,7 +50,11 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path())
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD [ARG ...]")
-@click.option("--index", type=int, help="Array index [default: the scheduler's; none: all tasks].")
+@click.option(
+    "--index",
+    type=int,
+    help="Array index [default: the scheduler's; outside an array job, every task].",
+)
 @click.option(
     "--chunk",
     type=click.IntRange(1),

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from ._common import (
     CONTEXT,
+    counted,
+    exit_code,
+    fail,
     json_option,
     print_json,
     read_lock_options,
@@ -21,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .. import FailedTask, StatusReport
+    from .. import FailedTask, FailureGroup, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -31,8 +35,15 @@ if TYPE_CHECKING:
 @click.option(
     "--failed",
     is_flag=True,
-    help="List each failed, killed, timed-out or given-up task: its line, attempt, exit or "
-    "signal, seconds and the last lines of its stderr from the log.",
+    help="The failed, killed, timed-out or given-up tasks, grouped by the last line of their "
+    "stderr: how many, which tasks, and the first one's line, attempt, exit or signal, "
+    "seconds and last stderr lines from the log (a traceback's last frame whole).",
+)
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="With --failed: each task, not one of each group of tasks that failed alike.",
 )
 @click.option(
     "--log",
@@ -45,7 +56,23 @@ if TYPE_CHECKING:
     default=5,
     show_default=True,
     metavar="N",
-    help="With --failed: stderr lines shown per task.",
+    help="With --failed: stderr lines shown per task (a traceback's last frame and its "
+    "exception are shown whole).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write one self-contained page to FILE (inline SVG, no script, no network): the "
+    "counts, a timeline of the attempts per host and array element, a histogram of task "
+    "times, the failures grouped and the slowest tasks.",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["host", "job", "element"]),
+    help="A table of the attempts per host, array job or array element (JOB[INDEX]): "
+    "attempts, ok, not ok, running, mean and longest seconds.",
 )
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
@@ -71,8 +98,11 @@ def status_cmd(
     out: str | None,
     ledger: str | None,
     failed: bool,
+    show_all: bool,
     log: str | None,
     last: int,
+    html_path: str | None,
+    by: str | None,
     as_json: bool,
     watch: bool,
     interval: float,
@@ -100,7 +130,7 @@ def status_cmd(
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
 
-    def read() -> StatusReport:
+    def read(**wait: float) -> StatusReport:
         return run_api(
             lambda: task_status(
                 tasks,
@@ -111,6 +141,7 @@ def status_cmd(
                 fresh=watch,
                 lock=lock,
                 timeout=timeout,
+                **wait,
             )
         )
 
@@ -118,24 +149,49 @@ def status_cmd(
     if watch:
         report = _watch(read, interval, report)
     listed: list[dict[str, Any]] | None = None
-    if failed:
-        from .. import failed_tasks
+    grouped: list[dict[str, Any]] = []
+    by_rows: list[dict[str, Any]] = []
+    if log is None:
+        log = f"{out}.log" if out is not None else _log_beside(path)
+    if failed or html_path is not None:
+        from .. import failed_tasks, failure_tail, group_failures
 
-        if log is None:
-            log = f"{out}.log" if out is not None else _log_beside(path)
+        # more lines than shown: a traceback's last frame is shown whole (failure_tail)
+        read_lines = max(last, TAIL_READ) if last else 0
         found, note = run_api(
-            lambda: failed_tasks(tasks, path, log, last=last, lock=lock, timeout=timeout)
+            lambda: failed_tasks(tasks, path, log, last=read_lines, lock=lock, timeout=timeout)
         )
         if note is not None:
             click.echo(f"zotsink: note: {note}", err=True)
-        if as_json:
+        found = [t._replace(stderr=failure_tail(t.stderr, last)) for t in found]
+        groups = group_failures(found)
+        if not failed:
+            pass
+        elif as_json:
             listed = [t.to_dict() for t in found]
-        else:
+            grouped = [g.to_dict() for g in groups]
+        elif show_all:
             _print_failed(found)
+        else:
+            _print_groups(groups)
+        if html_path is not None:
+            _write_page(html_path, tasks, path, report, groups, lock, timeout)
+    if by is not None:
+        from .. import attempts_by, read_attempts
+
+        attempts = run_api(lambda: read_attempts(tasks, path, lock=lock, timeout=timeout))
+        table = attempts_by(attempts, by)
+        if as_json:
+            by_rows = [{by: name, **row} for name, row in table]
+        else:
+            _write(_by_table(by, table))
     if as_json:
         d = report.to_dict()
         if listed is not None:
             d["failed"] = listed
+            d["failure_groups"] = grouped
+        if by is not None:
+            d["by"] = by_rows
         print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
@@ -148,14 +204,26 @@ def status_lines(report: StatusReport) -> list[str]:
     c = report.counts
     # counts holds every state, in the ledger's order of states: the line keeps that order
     shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
-    lines = [f"{report.total} tasks: {shown or 'none'}"]
+    lines = [f"{counted(report.total, 'task')}: {shown or 'none'}"]
     if report.rate:
-        line = f"rate {report.rate * 3600:.1f} tasks/h"
+        from .. import rate_text
+
+        line = f"rate {rate_text(report.rate)}"
         if report.eta is not None and not report.all_ok:
             line += f", ETA {_duration(report.eta)} for the {report.total - c['ok']} left"
         lines.append(line)
     for num, secs, key in report.slowest:
-        lines.append(f"slow: task {num} took {_duration(secs)}: {key[:60]}")
+        # slow against the typical task: the longest of alike tasks are no news
+        if report.median is not None and secs >= SLOW * report.median and secs >= 1:
+            lines.append(
+                f"slow: task {num} took {_duration(secs)} (median {_duration(report.median)})"
+                f": {key[:60]}"
+            )
+    if report.scheduler:
+        lines.append(
+            f"scheduler: {report.scheduler}; its jobs count as still queued or running "
+            "(their tasks as running)"
+        )
     if c["given-up"]:
         from .. import array_spec
 
@@ -172,6 +240,13 @@ def status_lines(report: StatusReport) -> list[str]:
     return lines
 
 
+#: stderr lines read per failed task: enough for a traceback's last frame and exception.
+TAIL_READ: Final = 30
+
+#: A task is named slow when it took this many times the median task, or more.
+SLOW: Final = 3.0
+
+
 def _log_beside(ledger: str) -> str:
     """The log `zotsink run` writes beside OUT, found from its ledger's name."""
     return ledger[: -len(".ledger")] + ".log" if ledger.endswith(".ledger") else ledger + ".log"
@@ -181,11 +256,96 @@ def _print_failed(found: list[FailedTask]) -> None:
     """Each failed task on stdout: one line, then its last stderr lines, indented."""
     out = []
     for t in found:
-        how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
-        secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
-        state = t.status if t.state == t.status else f"{t.status}, {t.state}"
-        out.append(f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}")
+        out.append(_task_head(t))
         out += [f"    {line}" for line in t.stderr]
+    _write(out)
+
+
+def _task_head(t: FailedTask) -> str:
+    how = f"exit {t.exit}" if t.exit else f"signal {t.signal}" if t.signal else "no exit"
+    secs = "" if t.seconds is None else f", {_duration(t.seconds)}"
+    state = t.status if t.state == t.status else f"{t.status}, {t.state}"
+    return f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}"
+
+
+def _print_groups(groups: list[FailureGroup]) -> None:
+    """Failures that ended alike once: how many, which tasks, the first one's tail."""
+    from .. import array_spec
+
+    out = []
+    for g in groups:
+        first = g.tasks[0]
+        if len(g.tasks) > 1:
+            out.append(
+                f"{len(g.tasks)} tasks {g.state} alike: {array_spec(g.tasknums)}; the first, "
+                + _task_head(first)
+            )
+        else:
+            out.append(_task_head(first))
+        out += [f"    {line}" for line in first.stderr]
+    _write(out)
+    if any(len(g.tasks) > 1 for g in groups):
+        click.echo(
+            "zotsink: tasks that failed alike (the same last line) are shown once; --all "
+            "shows each",
+            err=True,
+        )
+
+
+def _write_page(
+    html_path: str,
+    tasks: str,
+    ledger: str,
+    report: StatusReport,
+    groups: list[FailureGroup],
+    lock: str,
+    timeout: float,
+) -> None:
+    """The page into ``html_path``, whole or not at all (a browser may be reading it)."""
+    import os
+
+    from .. import read_attempts, status_page
+
+    attempts = run_api(lambda: read_attempts(tasks, ledger, lock=lock, timeout=timeout))
+    page = status_page(report, attempts, groups, title=f"zotsink status {tasks}")
+    part = f"{html_path}.part.{os.getpid()}"
+    try:
+        with open(part, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(part, html_path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        fail(f"cannot write {html_path}: {e.strerror or e}", exit_code(e))
+    click.echo(f"zotsink: wrote {html_path} ({counted(len(attempts), 'attempt')})", err=True)
+
+
+def _by_table(by: str, table: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The rows of ``status --by`` as an aligned text table."""
+    head = [by, "attempts", "ok", "not ok", "running", "mean", "longest"]
+    rows = [
+        [
+            name,
+            str(r["attempts"]),
+            str(r["ok"]),
+            str(r["not_ok"]),
+            str(r["running"]),
+            _duration(r["mean_s"]),
+            _duration(r["max_s"]),
+        ]
+        for name, r in table
+    ]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    return [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in [head, *rows]
+    ]
+
+
+def _write(out: list[str]) -> None:
     try:
         for line in out:
             sys.stdout.write(line + "\n")
@@ -234,17 +394,26 @@ def _bar(report: StatusReport, width: int = 30) -> str:
     )
 
 
-def _watch(read: Callable[[], StatusReport], interval: float, report: StatusReport) -> StatusReport:
-    """Redraw the bar until nothing runs or waits to run; Ctrl-C stops watching."""
+def _watch(
+    read: Callable[..., StatusReport], interval: float, report: StatusReport
+) -> StatusReport:
+    """Redraw the bar every ``interval`` until nothing runs or waits to run; Ctrl-C stops
+    watching. The scheduler gets at most half an interval per redraw: a slow one delays no
+    frame, its answer serves a later one."""
     tty = sys.stderr.isatty()
+    took = 0.0  # the last read's time: the next frame is due an interval after this one
     try:
         while True:
             line = _bar(report)
+            if report.scheduler:
+                line += f"; scheduler: {report.scheduler}"
             click.echo(f"\r\033[K{line}" if tty else line, err=True, nl=not tty)
             if report.settled:
                 break
-            time.sleep(interval)
-            report = read()
+            time.sleep(max(0.0, interval - took))
+            begun = time.monotonic()
+            report = read(wait_scheduler=interval / 2)
+            took = time.monotonic() - begun
     except KeyboardInterrupt:
         pass
     if tty:

@@ -9,6 +9,7 @@ import click
 
 from ._common import (
     CONTEXT,
+    counted,
     format_option,
     json_option,
     print_json,
@@ -92,17 +93,17 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     """OUT's report in words: a headline, then up to ``limit`` problems per kind."""
     from .._check.report import KEPT_KINDS, KINDS
 
-    what = f"{report.path}: {_n(report.lines, 'line')}, {_n(report.records, 'record')}"
+    what = f"{report.path}: {counted(report.lines, 'line')}, {counted(report.records, 'record')}"
     note = []
     if report.unclaimed:
         note.append(
-            f"{_n(report.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
+            f"{counted(report.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
             "interrupted or crashed attempts): zotsink cat and read_records leave them "
             "out (cat --all shows them); not damage"
         )
     if not report.found:
         return [f"{what}, no problems", *note]
-    out = [f"{what}, {_n(report.found, 'problem')}", *note]
+    out = [f"{what}, {counted(report.found, 'problem')}", *note]
     for kind in KINDS:
         n = report.counts.get(kind, 0)
         if not n:
@@ -114,7 +115,7 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     if report.repaired:
         left = report.found - report.moved
         out.append(
-            f"moved {_n(report.moved, 'line')} to {report.rejects_path}"
+            f"moved {counted(report.moved, 'line')} to {report.rejects_path}"
             + (f"; {left} problems left in place (fix line 1 by hand)" if left else "")
         )
     elif all(p.kind in KEPT_KINDS and p.line == 1 for p in report.problems):
@@ -140,7 +141,3 @@ def archive_lines(report: ArchiveReport, limit: int = 5) -> list[str]:
         f"{report.size} bytes{sealed}: {state}"
     )
     return lines
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -1,0 +1,168 @@
+"""``zotsink status --html FILE`` draws one self-contained page, checked in a real browser
+(headless Chromium: a screenshot, and the DOM it built); ``status --by`` as a table.
+
+Chromium is installed by scripts/test (as root); where it is missing the browser test
+skips with the reason, except where ZOTSINK_CLUSTER_REQUIRED=1 (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[bytes]]
+
+#: Tasks 7, 14, 21, ... fail alike; the rest return a record.
+MEASURE = """
+def measure(line):
+    n = int(line[4:])
+    if n % 7 == 0:
+        raise ValueError("no pixels in " + line)
+    return {"item": line, "n": n}
+"""
+OK_GREEN = (0x00, 0x9E, 0x73)
+FAILED_ORANGE = (0xD5, 0x5E, 0x00)
+
+
+def two_elements(tmp_path: Path, zotsink: Run) -> Path:
+    """40 tasks run by two array elements of job 900, 20 each."""
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"item{n:02d}\n" for n in range(1, 41)))
+    (tmp_path / "measure.py").write_text(MEASURE)
+    for index in ("1", "2"):
+        env = {"SLURM_ARRAY_JOB_ID": "900", "SLURM_ARRAY_TASK_ID": index, "SLURM_JOB_ID": "9"}
+        r = zotsink(
+            "run", tasks, "out.tsv", "--chunk", "20", "--jobs", "2", "--call",
+            "measure.py:measure", env=env,
+        )  # fmt: skip
+        assert r.returncode == 1, r.stderr  # a task of each failed
+    return tasks
+
+
+class _Svg(HTMLParser):
+    """What the page's DOM holds: attempts of the timeline, bins of the histogram, counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: list[dict[str, str]] = []
+        self.bins: list[int] = []
+        self.counts: dict[str, str] = {}
+        self.tags: set[str] = set()
+        self._count: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.add(tag)
+        if tag == "rect" and a.get("class") == "attempt":
+            self.attempts.append(a)
+        elif tag == "rect" and a.get("class") == "bin":
+            self.bins.append(int(a["data-count"]))
+        elif tag == "div" and "data-state" in a:
+            self._count = a["data-state"]
+        elif tag == "b" and self._count is not None:
+            self.counts[self._count] = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._count is not None and self.counts.get(self._count) == "":
+            self.counts[self._count] = data
+            self._count = None
+
+
+def parse(page: str) -> _Svg:
+    p = _Svg()
+    p.feed(page)
+    return p
+
+
+def test_html_page_is_one_self_contained_file(tmp_path: Path, zotsink: Run) -> None:
+    tasks = two_elements(tmp_path, zotsink)
+    r = zotsink("status", tasks, "out.tsv", "--html", "page.html")
+    assert r.returncode == 1  # not every task is ok
+    assert b"zotsink: wrote page.html (40 attempts)" in r.stderr
+    page = (tmp_path / "page.html").read_text()
+    # nothing fetched, nothing run: no script, no link, no image from elsewhere
+    for needle in ("<script", "src=", "href=", "@import", "url("):
+        assert needle not in page
+    dom = parse(page)
+    assert sorted(int(a["data-task"]) for a in dom.attempts) == list(range(1, 41))
+    failed = sorted(int(a["data-task"]) for a in dom.attempts if a["data-status"] == "failed")
+    assert failed == [7, 14, 21, 28, 35]
+    assert sum(dom.bins) == 40
+    assert dom.counts == {"ok": "35", "failed": "5"}
+    # the failures grouped, with the tail of the first
+    assert "5 failed</b>: tasks 7,14,21,28,35; the first, task 7" in page
+    assert "ValueError: no pixels in item07" in page
+    # no leftover of the writing
+    assert sorted(p.name for p in tmp_path.glob("page.html*")) == ["page.html"]
+
+
+def test_status_by_host_and_element_as_a_table(tmp_path: Path, zotsink: Run) -> None:
+    tasks = two_elements(tmp_path, zotsink)
+    r = zotsink("status", tasks, "out.tsv", "--by", "element")
+    rows = [line.split() for line in r.stdout.decode().splitlines()]
+    assert rows[0] == ["element", "attempts", "ok", "not", "ok", "running", "mean", "longest"]
+    assert [row[:5] for row in rows[1:]] == [
+        ["900[1]", "20", "18", "2", "0"],
+        ["900[2]", "20", "17", "3", "0"],
+    ]
+    r = zotsink("status", tasks, "out.tsv", "--by", "host", "--json")
+    d = json.loads(r.stdout)
+    assert [(x["host"], x["attempts"], x["ok"], x["not_ok"]) for x in d["by"]] == [
+        (os.uname().nodename, 40, 35, 5)
+    ]
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    reason = "no Chromium here (scripts/test installs the Debian package chromium as root)"
+    if os.environ.get("ZOTSINK_CLUSTER_REQUIRED") == "1":
+        pytest.fail(f"{reason} (ZOTSINK_CLUSTER_REQUIRED=1)", pytrace=False)
+    pytest.skip(reason)
+
+
+def browser(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    home = tmp_path / "browser-home"
+    home.mkdir(exist_ok=True)
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={home / 'profile'}", *args],
+        capture_output=True, timeout=180, env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+
+
+def test_html_page_in_a_real_browser(tmp_path: Path, zotsink: Run) -> None:
+    from PIL import Image
+
+    tasks = two_elements(tmp_path, zotsink)
+    assert zotsink("status", tasks, "out.tsv", "--html", "page.html").returncode == 1
+    url = (tmp_path / "page.html").as_uri()
+    shot = tmp_path / "shot.png"
+    r = browser(tmp_path, f"--screenshot={shot}", "--window-size=1200,1400", url)
+    assert shot.exists(), r.stderr.decode()[-2000:]
+    with Image.open(shot) as im:
+        rgb = im.convert("RGB")
+        assert rgb.size == (1200, 1400)
+        colours = rgb.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 20  # not blank: text, bars, boxes
+    by_colour = {c: n for n, c in colours}
+    # the ok and the failed boxes and bars were drawn (a count box alone is thousands of
+    # pixels), the ok ones more
+    assert by_colour.get(OK_GREEN, 0) > by_colour.get(FAILED_ORANGE, 0) > 2000
+    # the DOM the browser built: the SVGs, each attempt, the histogram's counts
+    r = browser(tmp_path, "--dump-dom", url)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    dom = parse(r.stdout.decode())
+    assert {"svg", "rect", "text"} <= dom.tags
+    assert sorted(int(a["data-task"]) for a in dom.attempts) == list(range(1, 41))
+    assert sum(dom.bins) == 40
+    assert dom.counts == {"ok": "35", "failed": "5"}

@@ -1,0 +1,333 @@
+"""Where a task stands: the one fold of ledger rows into a task's state, applied three ways.
+
+A task's state is its latest row whose ``key`` is the task's line today: a row written for
+another line (the task list was edited since) says nothing about this one. :func:`fold`
+is the rule, one row at a time: a ``start`` is ``running``; an end is its ``status``, an
+unknown one counting as ``failed``; starts and failed attempts (:data:`FAILING`) are
+counted. :func:`settle` then says what a snapshot's states are now: a ``running`` task
+whose run is known dead (same host, process gone) is ``lost``, and one whose latest
+attempt failed after ``max_attempts`` failures is ``given-up``. A task with no row is
+``never``.
+
+The fold is applied to a snapshot (:func:`states_of`), incrementally by a run's claim
+under the ledger's lock (:class:`~zotsink._run.ledger.Ledger`), and compactly, a few bytes
+per task, by :class:`LedgerTally` (``status``, ``missing --ledger``), which keeps the effect
+of each kind of row that :func:`fold` gives.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import weakref
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final, Literal, NamedTuple
+
+from .._core.records import unescape_tsv
+from .._core.stop import Stopper
+from .._ledgerfile import (
+    END_STATES,
+    RUN_EVENT,
+    RUN_TASKNUM,
+    AndRunRows,
+    LedgerRow,
+    LedgerScan,
+)
+from .alive import run_alive
+from .settings import recorded_max_attempts, settings_of
+
+__all__ = [
+    "FAILING",
+    "STATES",
+    "LedgerTally",
+    "State",
+    "TaskState",
+    "fold",
+    "given_up",
+    "read_begin",
+    "read_states",
+    "settle",
+    "start_alive",
+    "states_of",
+]
+
+#: A task's state.
+State = Literal[
+    "ok", "failed", "killed", "timeout", "interrupted", "given-up", "running", "lost", "never"
+]
+#: End statuses that count towards ``max_attempts`` (``interrupted`` does not: a walltime
+#: warning or a cancel says nothing of the task).
+FAILING: Final = ("failed", "killed", "timeout")
+#: Every state a task can be in, in the order reports list them. ``given-up``: its latest
+#: attempt failed, and its failed attempts reached the run's ``max_attempts``.
+STATES: Final[tuple[State, ...]] = (*END_STATES, "given-up", "running", "lost", "never")  # type: ignore[assignment]
+
+
+class TaskState(NamedTuple):
+    """Where one task stands: its state, how often it was started, its latest row."""
+
+    tasknum: int
+    state: State
+    starts: int
+    last: LedgerRow | None
+    failures: int = 0  # attempts that ended failed, killed or timeout (see FAILING)
+
+
+def fold(row: LedgerRow, old: TaskState | None) -> TaskState:
+    """The state of a task after ``row``, one of its rows, from its state before (None: no
+    row yet). The one rule from rows to a state; ``running`` is :func:`settle`'s to judge."""
+    starts, failures = (old.starts, old.failures) if old is not None else (0, 0)
+    if row.event == "start":
+        return TaskState(row.tasknum, "running", starts + 1, row, failures)
+    state: State = row.status if row.status in END_STATES else "failed"  # type: ignore[assignment]
+    return TaskState(row.tasknum, state, starts, row, failures + (state in FAILING))
+
+
+def given_up(state: TaskState, max_attempts: int | None) -> bool:
+    """Whether a task is given up: its latest attempt failed, and ``max_attempts`` of its
+    attempts did (``interrupted`` ones do not count)."""
+    if state.state == "given-up":
+        return True
+    return max_attempts is not None and state.state in FAILING and state.failures >= max_attempts
+
+
+def start_alive(row: LedgerRow, here: str) -> bool | None:
+    """Whether the run process of a ``start`` row still runs (see :func:`.alive.run_alive`)."""
+    return run_alive(row.host, row.pid, row.note, row.job, here)
+
+
+def settle(state: TaskState, here: str, max_attempts: int | None) -> TaskState:
+    """A folded state as it stands now, on host ``here``: ``lost`` when it runs in a process
+    known dead, ``given-up`` when :func:`given_up` says so."""
+    if state.state == "running" and state.last is not None:
+        if start_alive(state.last, here) is False:
+            return state._replace(state="lost")
+    elif given_up(state, max_attempts):
+        return state._replace(state="given-up")
+    return state
+
+
+def states_of(
+    keys: Mapping[int, str],
+    rows: Iterable[LedgerRow],
+    *,
+    host: str | None = None,
+    max_attempts: int | None = None,
+) -> dict[int, TaskState]:
+    """The state of each task in ``keys`` (task number -> line) from the ledger ``rows``;
+    with ``max_attempts``, ``given-up`` for the tasks :func:`given_up` says so of."""
+    folded: dict[int, TaskState] = {}
+    for row in rows:
+        if keys.get(row.tasknum) != row.key:
+            continue  # another line had this number once: not this task's history
+        folded[row.tasknum] = fold(row, folded.get(row.tasknum))
+    here = os.uname().nodename if host is None else host
+    never = TaskState(0, "never", 0, None)
+    out: dict[int, TaskState] = {}
+    for num in keys:
+        st = folded.get(num)
+        out[num] = never._replace(tasknum=num) if st is None else settle(st, here, max_attempts)
+    return out
+
+
+def read_states(
+    path: str | os.PathLike[str],
+    keys: Mapping[int, str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
+) -> tuple[dict[int, TaskState], int]:
+    """The state of each task in ``keys`` (number -> line) from a snapshot of the ledger,
+    and the snapshot's size (where :meth:`Ledger.begin` starts looking for news)."""
+    states, size, _settings = read_begin(path, keys, lock=lock, timeout=timeout, stopper=stopper)
+    return states, size
+
+
+def read_begin(
+    path: str | os.PathLike[str],
+    keys: Mapping[int, str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
+) -> tuple[dict[int, TaskState], int, dict[str, str] | None]:
+    """:func:`read_states`, and the settings the ledger's latest ``run`` row records (None:
+    no run recorded any), from the same snapshot: what a run begins with."""
+    scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
+    settings: dict[str, str] | None = None
+    try:
+        rows: list[LedgerRow] = []
+        # the run rows' number joins the search: an array element still reads only its
+        # chunk's rows
+        for n, _at, line in scan.lines(AndRunRows(keys)):
+            row = scan.row(n, line)
+            if row.tasknum != RUN_TASKNUM:
+                rows.append(row)
+            elif row.event == RUN_EVENT:
+                settings = settings_of(row.note) or settings
+        return states_of(keys, rows), scan.size, settings
+    finally:
+        scan.close()
+
+
+#: A tally's state codes: an index into this tuple.
+_CODES: Final[tuple[State, ...]] = ("never", *END_STATES, "running", "lost", "given-up")  # type: ignore[assignment]
+_NEVER: Final = _CODES.index("never")
+_RUNNING: Final = _CODES.index("running")
+_GIVEN_UP: Final = _CODES.index("given-up")
+_FAILING_CODES: Final = frozenset(_CODES.index(name) for name in FAILING)
+#: Length of a ledger time (``2026-11-24T10:00:00.000000Z``): only such times make a rate.
+_TIME_LEN: Final = 27
+
+
+def _effect(event: bytes, status: bytes) -> tuple[int, int, int]:
+    """What :func:`fold` makes of a row of this ``event`` and ``status``, whatever came
+    before: (state code, starts added, failures added). A tally keeps one per kind of row."""
+    text = event.decode("utf-8", "surrogateescape"), status.decode("utf-8", "surrogateescape")
+    st = fold(LedgerRow(text[0], "", 0, *[""] * 6, text[1], *[""] * 6), None)
+    return _CODES.index(st.state), st.starts, st.failures
+
+
+class LedgerTally(Mapping[int, TaskState]):
+    """Where every task of ``keys`` stands, from one pass over the ledger, kept in a few
+    bytes per task: at a million tasks the rows themselves would not fit in memory.
+
+    A mapping of task number to :class:`TaskState`, as :func:`states_of` gives; each
+    state's ``last`` row is read again from the ledger's snapshot when it is asked for.
+    :meth:`state` is the cheap question. The time of the first and the last row of these
+    tasks, the rate's span, are compared as text (ledger times all have one form).
+    ``settings`` are the latest ``run`` row's (None: none recorded); a task is ``given-up``
+    by their ``max_attempts`` unless ``max_attempts`` is given.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        keys: Mapping[int, str],
+        *,
+        host: str | None = None,
+        lock: str = "auto",
+        timeout: float = 600.0,
+        max_attempts: int | None = None,
+    ) -> None:
+        self._keys = keys
+        size = max(keys, default=0) + 1
+        code = bytearray(size)
+        starts = array("I", bytes(4 * size))
+        failures = array("I", bytes(4 * size))
+        # what fold makes of a start row, and of any other row by its status (fold asks
+        # nothing else of a row but whether it is a start, and its status)
+        start = _effect(b"start", b"")
+        ends: dict[bytes, tuple[int, int, int]] = {}
+        run_at = -1  # the latest run row
+        jobs: set[bytes] = set()  # the scheduler's jobs that started these tasks
+        at = array("q", [-1]) * size
+        seconds = array("d", [math.nan]) * size
+        first = last = b""
+        scan = LedgerScan(path, lock=lock, timeout=timeout)
+        try:
+            for lineno, offset, line in scan.lines():
+                event, time, num, key, rest = line.split(b"\t", 4)
+                try:
+                    n = int(num)
+                except ValueError:
+                    scan.row(lineno, line)  # raises: not a ledger row
+                    raise
+                want = keys.get(n)
+                if want is None:
+                    if n == RUN_TASKNUM and event == RUN_EVENT.encode():
+                        run_at = offset
+                    continue
+                text = key.decode("utf-8", "surrogateescape")
+                if (unescape_tsv(text) if b"\\" in key else text) != want:
+                    continue  # another line had this number once: not this task's history
+                if len(time) == _TIME_LEN:
+                    if not first or time < first:
+                        first = time
+                    if time > last:
+                        last = time
+                at[n] = offset
+                if event == b"start":
+                    # attempt job ...: the job, and nothing split further
+                    jobs.add(rest.split(b"\t", 2)[1])
+                    code[n] = start[0]
+                    starts[n] += start[1]
+                    if start[2]:
+                        failures[n] += start[2]
+                    seconds[n] = math.nan
+                    continue
+                # attempt job array_task host pid status exit signal seconds ...
+                fields = rest.split(b"\t", 9)
+                effect = ends.get(fields[5])
+                if effect is None:
+                    effect = ends[fields[5]] = _effect(b"end", fields[5])
+                code[n] = effect[0]
+                if effect[1]:
+                    starts[n] += effect[1]
+                if effect[2]:
+                    failures[n] += effect[2]
+                try:
+                    seconds[n] = float(fields[8])
+                except ValueError:
+                    seconds[n] = math.nan
+            self.settings = settings_of(scan.row_at(run_at).note) if run_at >= 0 else None
+            if max_attempts is None:
+                max_attempts = recorded_max_attempts(self.settings)
+            self.max_attempts = max_attempts
+            here = os.uname().nodename if host is None else host
+            # only a running state and a failing one settle into another (lost, given-up)
+            for n in keys:
+                c = code[n]
+                if c == _RUNNING or (max_attempts is not None and c in _FAILING_CODES):
+                    st = TaskState(n, _CODES[c], starts[n], None, failures[n])
+                    if c == _RUNNING:
+                        st = st._replace(last=scan.row_at(at[n]))
+                    code[n] = _CODES.index(settle(st, here, max_attempts).state)
+        except BaseException:
+            scan.close()
+            raise
+        self._scan = scan
+        weakref.finalize(self, scan.close)
+        self._code, self._starts, self._at, self._seconds = code, starts, at, seconds
+        self._failures = failures
+        self.jobs = sorted(j.decode("utf-8", "surrogateescape") for j in jobs if j)
+        self.first_time = first.decode() or None
+        self.last_time = last.decode() or None
+
+    def state(self, num: int) -> State:
+        return _CODES[self._code[num]] if num in self._keys else "never"
+
+    def counts(self) -> dict[str, int]:
+        """How many tasks are in each state of :data:`STATES`, zero included."""
+        counts = dict.fromkeys(STATES, 0)
+        code = self._code
+        for n in self._keys:
+            counts[_CODES[code[n]]] += 1
+        return counts
+
+    def slowest(self, count: int) -> list[tuple[int, float, str]]:
+        """The ``count`` tasks whose latest row is an end that took longest: (task number,
+        seconds, task line), slowest first."""
+        seconds = self._seconds
+        ended = (
+            (n, seconds[n])
+            for n in self._keys
+            if self._code[n] != _NEVER and not math.isnan(seconds[n])
+        )
+        return [(n, s, self._keys[n]) for n, s in heapq.nlargest(count, ended, key=lambda x: x[1])]
+
+    def __getitem__(self, num: int) -> TaskState:
+        if num not in self._keys:
+            raise KeyError(num)
+        at = self._at[num]
+        row = self._scan.row_at(at) if at >= 0 else None
+        return TaskState(num, _CODES[self._code[num]], self._starts[num], row, self._failures[num])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
