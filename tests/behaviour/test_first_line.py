@@ -19,10 +19,6 @@ Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
 KV = b"filename:img1.png min:1 max:9\nfilename:img2.png min:2 max:8\n"
 REASON = "looks like key:value records: pass --kv (or --columns NAMES)"
-# until the run's pool gives each task an encoder made by Encoder.like (see test docstrings)
-NEEDS_POOL = pytest.mark.xfail(
-    strict=True, reason="the run's pool copies each task's encoder with Encoder.like"
-)
 
 
 def rejects(path: Path) -> list[tuple[str, str]]:
@@ -112,7 +108,6 @@ def test_run_tasks_printing_the_columns_header_leave_it_once(tmp_path: Path, zot
     assert sorted(r.stdout.decode().splitlines()[1:]) == [f"{i}\tx" for i in range(1, 6)]
 
 
-@NEEDS_POOL
 def test_run_key_value_tasks_into_a_new_table_are_refused(tmp_path: Path, zotsink: Run) -> None:
     (tmp_path / "tasks.txt").write_text("img1.png\nimg2.png\n")
     r = zotsink("run", "tasks.txt", "out.tsv", "-q", "--", "sh", "-c", "echo filename:$0 min:1")
@@ -124,7 +119,6 @@ def test_run_key_value_tasks_into_a_new_table_are_refused(tmp_path: Path, zotsin
     assert all(why.endswith(REASON) for why, _ in got), got
 
 
-@NEEDS_POOL
 def test_run_tasks_printing_their_own_header_leave_it_once(tmp_path: Path, zotsink: Run) -> None:
     # no --columns, a new OUT: the header of the piece that lands first stays, the others
     # are dropped before their places are taken (Held.drop_first), and counted

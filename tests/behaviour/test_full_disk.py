@@ -346,10 +346,6 @@ def test_a_long_line_moves_to_tmpdir_when_out_is_full(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the run's pool passes OUT to Held and fails the one attempt on HoldError",
-)
 def test_run_goes_on_when_a_tasks_held_output_fills_tmpdir(
     tmp_path: Path, small_fs: Path, zotsink
 ) -> None:
