@@ -308,6 +308,17 @@ class LedgerTally(Mapping[int, TaskState]):
             counts[_CODES[code[n]]] += 1
         return counts
 
+    def median_seconds(self) -> float | None:
+        """The median time of the tasks whose latest row is an end (None: none is)."""
+        seconds, code = self._seconds, self._code
+        times = sorted(
+            secs for n in self._keys if code[n] != _NEVER and not math.isnan(secs := seconds[n])
+        )
+        if not times:
+            return None
+        half = len(times) // 2
+        return times[half] if len(times) % 2 else (times[half - 1] + times[half]) / 2
+
     def slowest(self, count: int) -> list[tuple[int, float, str]]:
         """The ``count`` tasks whose latest row is an end that took longest: (task number,
         seconds, task line), slowest first."""

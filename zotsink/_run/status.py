@@ -100,14 +100,6 @@ def _state(states: Mapping[int, TaskState], num: int) -> str:
     return states.state(num) if isinstance(states, LedgerTally) else states[num].state
 
 
-def _median(tally: LedgerTally) -> float | None:
-    times = [secs for _n, secs, _line in tally.slowest(len(tally))]
-    if not times:
-        return None
-    half = len(times) // 2  # slowest first
-    return times[half] if len(times) % 2 else (times[half - 1] + times[half]) / 2
-
-
 def ledger_time(stamp: str) -> float | None:
     """A ledger row's time as seconds since the epoch (None when it is not one)."""
     from datetime import datetime, timezone
@@ -161,7 +153,7 @@ def task_status(
         rate=rate,
         eta=eta,
         slowest=tally.slowest(slowest),
-        median=_median(tally) if slowest else None,
+        median=tally.median_seconds() if slowest else None,
         states=tally,
         settings=tally.settings,
         chunk=chunk,
