@@ -110,7 +110,9 @@ def test_add_prints_one_number_or_a_range(
     assert (r.returncode, r.stdout) == (0, b"5-6\n")
     r = zotsink("add", "tasks.txt", input=b"")
     assert (r.returncode, r.stdout) == (0, b"")  # nothing given, nothing added
-    assert (tmp_path / "tasks.txt").read_bytes() == b"a b\nc\nd\ne\nf\ng\n"
+    r = zotsink("add", "tasks.txt", input=b"h")  # no final newline: the line all the same
+    assert (r.returncode, r.stdout) == (0, b"7\n")
+    assert (tmp_path / "tasks.txt").read_bytes() == b"a b\nc\nd\ne\nf\ng\nh\n"
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,8 @@ def add_tasks(
 ) -> range:
     """Append ``lines`` to the task list ``tasks`` (created when missing) as whole lines, in
     one write under its exclusive lock; the task numbers they got (empty when none given).
+    A line may end with its newline (the lines of a file read in binary: ``lines`` may be
+    the file itself); any other newline in it is refused.
 
     Raises :class:`RecordError` for a line that cannot be a task (nothing written),
     :class:`LockTimeout` when the lock did not come within ``timeout`` seconds, and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 
 import click
 
@@ -33,17 +34,15 @@ def add_cmd(
     """
     from .. import Stopper, add_tasks
 
+    given: Iterable[bytes]
     if lines:
-        given: list[bytes] = [os.fsencode(line) for line in lines]
+        given = [os.fsencode(line) for line in lines]
     else:
         if sys.stdin is None:
             fail("no standard input to read task lines from; give LINES as arguments", 2)
         if sys.stdin.isatty() and not quiet:
             say(f"reading task lines for {tasks} from the terminal, one per line; end with Ctrl-D")
-        data = sys.stdin.buffer.read()
-        given = data.split(b"\n")
-        if given and given[-1] == b"":
-            given.pop()  # the final newline ends the last line
+        given = sys.stdin.buffer  # its lines, each with its newline (add_tasks drops it)
     with Stopper() as stopper:
         added = run_api(
             lambda: add_tasks(tasks, given, lock=lock, sync=sync, timeout=timeout, stopper=stopper)
