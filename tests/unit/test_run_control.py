@@ -148,3 +148,27 @@ def test_read_runs_of_a_ledger_with_no_run(tmp_path: Path) -> None:
     runs = read_runs(tmp_path / "none.ledger")
     assert runs.live == [] and runs.unknown == [] and runs.runs == 0
     assert runs.control == Control()
+
+
+def test_read_runs_tells_live_runs_from_dead_ones_by_pid_and_start_time(tmp_path: Path) -> None:
+    from zotsink._run.alive import PROC_START
+
+    ledger = tmp_path / "l"
+    me = Ledger(ledger, env={"SLURM_JOB_ID": ""})  # this process: a live run
+    rows = [me.start_row(1, "a", 1), me.end_row(1, "a", 1, status="ok", seconds="1")]
+    rows += [me.start_row(2, "b", 1)]
+    # the same pid with another start time: a dead run whose pid was given to this process
+    ghost = me.start_row(3, "c", 1).replace(me.start_row(3, "c", 1).split(b"\t")[15], b"x")
+    ghost = ghost.replace(b"\tx\t", b"\t" + (PROC_START + "1").encode() + b"\t")
+    me.append([*rows, ghost, me.control_row("stop")])
+    me.append([me.start_row(4, "d", 1)])
+    me.close()
+    runs = read_runs(ledger)
+    assert runs.runs == 2  # this process, and the ghost with its own start time
+    [live] = runs.live
+    assert live.pid == str(os.getpid()) and live.host == os.uname().nodename
+    assert (live.started, live.ok, live.not_ok, live.running) == (3, 1, 0, 2)
+    assert live.stopping and runs.stopping == [live]
+    assert runs.unknown == [] and runs.control.stop_at > 0
+    d = runs.to_dict()
+    assert d["stopping"] == 1 and d["live"][0]["pid"] == str(os.getpid())

@@ -131,8 +131,9 @@ def read_runs(
             who = (f[7], f[8], f[5])
             key = current.get(who)
             if event == b"start":
-                # the note (after bytes ... seconds records bytes) holds the start time
-                note = rest.split(b"\t", 5)[4] if rest.count(b"\t") >= 4 else b""
+                # exit signal seconds records bytes note ...: the note holds the start time
+                parts = rest.split(b"\t", 6)
+                note = parts[5] if len(parts) > 5 else b""
                 key = (*who, note if note.startswith(PROC_START.encode()) else b"")
                 current[who] = key
             elif key is None:
