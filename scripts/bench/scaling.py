@@ -3,7 +3,7 @@
 cluster's nodes, against N tiny-file creates on the same volume (root; the nodes of
 scripts/cluster/slurm.sh and the file system's clients in them must be up).
 
-    .venv/bin/python scripts/bench/scaling.py [--fs moosefs|gluster] [--writers 16,64,256]
+    .venv/bin/python scripts/bench/scaling.py [--fs moosefs|gluster|ceph] [--writers 16,64,256]
         [--rounds 3] [--delay-ms 0] [--json]
 
 For each N, a launcher in each node (its namespaces, its own client of the file system)
@@ -17,9 +17,9 @@ appends B records in its one lock hold instead (group commit). Reported per N: r
 percentile of the lock wait and of the whole append. Every record is counted back.
 
 ``--delay-ms`` adds that delay to every packet of the file system's network with
-``tc qdisc ... netem`` (MooseFS: its own network namespace's loopback; GlusterFS's
-clients use this host's loopback, which is not ours to slow down). It prints numbers and
-never asserts a speed.
+``tc qdisc ... netem`` (MooseFS: its own network namespace's loopback; GlusterFS's and
+CephFS's clients use this host's loopback, which is not ours to slow down). It prints
+numbers and never asserts a speed.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "scripts" / "cluster"
 NODE_RUN = Path(os.environ.get("ZOTSINK_SLURM_STATE", "/var/tmp/zotsink-cluster/slurm")) / "run"
-MOUNT = {"moosefs": "/mnt/zotsink-m1", "gluster": "/mnt/zotsink-g1"}
+MOUNT = {"moosefs": "/mnt/zotsink-m1", "gluster": "/mnt/zotsink-g1", "ceph": "/mnt/zotsink-c1"}
 
 # One launcher per node: argv MODE TARGET N TAG. Forks N writers that wait on a pipe,
 # prints "ready", releases them when a line arrives on stdin, prints one JSON line each.
@@ -135,7 +135,9 @@ def one_run(mode: str, target: str, n: int, where: list[tuple[str, int]], batch:
 
 def set_delay(fs: str, ms: float) -> None:
     if fs != "moosefs":
-        raise SystemExit("--delay-ms needs --fs moosefs (GlusterFS uses this host's loopback)")
+        raise SystemExit(
+            "--delay-ms needs --fs moosefs (GlusterFS and CephFS use this host's loopback)"
+        )
     action = ["qdisc", "replace", "dev", "lo", "root", "netem", "delay", f"{ms}ms"]
     if ms == 0:
         action = ["qdisc", "del", "dev", "lo", "root"]

@@ -9,9 +9,10 @@
 #                     bridge and the veths
 #
 # Each node has its own hostname (node1, node2, ...), address, slurmd and, when the
-# GlusterFS volume (gluster.sh) or the MooseFS file system (moosefs.sh) is up, its own
-# FUSE client of it, mounted at the same paths as on this host: a job sees the paths the
-# tests pass it, served by its node's client, as on a real cluster. The order does not
+# GlusterFS volume (gluster.sh), the MooseFS file system (moosefs.sh) or the CephFS
+# (ceph.sh) is up, its own FUSE client of it, mounted at the same paths as on this host:
+# a job sees the paths the tests pass it, served by its node's client, as on a real
+# cluster. The order does not
 # matter: a file system brought up after the nodes mounts itself in them, and one taken
 # down unmounts itself from them first.
 # slurmctld and munged run in the host; one munged serves every node through its
@@ -238,7 +239,7 @@ wait_nodes_idle() {
 # nodes when it comes up later; see lib.sh ready_nodes)
 shared_filesystems() {
     local fs
-    for fs in gluster moosefs; do
+    for fs in gluster moosefs ceph; do
         if bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/$fs.sh" status >/dev/null 2>&1 9>&-; then
             echo "$fs"
         else

@@ -1,5 +1,5 @@
-"""Fixtures for tests that need a real cluster: a GlusterFS volume, a MooseFS file system
-and a Slurm cluster of three nodes, all on this host.
+"""Fixtures for tests that need a real cluster: a GlusterFS volume, a MooseFS file system,
+a CephFS and a Slurm cluster of three nodes, all on this host.
 
 Fixtures
 --------
@@ -16,11 +16,21 @@ Fixtures
     process (scripts/cluster/moosefs.sh).
 ``moosefs_dirs`` (function) -> ``MooseFSMounts``
     A fresh, empty directory on it, the same directory seen through each mount.
+``ceph_mounts`` (session) -> ``CephMounts(node1, node2, reader)``
+    The three mount points of one CephFS, each served by its own ceph-fuse process, whose
+    locks the metadata server (MDS) grants (scripts/cluster/ceph.sh).
+``ceph_dirs`` (function) -> ``CephMounts``
+    A fresh, empty directory on it, the same directory seen through each mount.
+``fs_dirs`` (function) -> ``GlusterMounts`` or ``CephMounts``
+    ``gluster_dirs`` or ``ceph_dirs``, as the test's parameter ``fs`` says
+    (``@pytest.mark.parametrize("fs", ["gluster", "ceph"])``): one test, run on each
+    filesystem whose mounts are (node1, node2, reader).
 ``slurm_cluster`` (session) -> ``SlurmCluster``
     slurmctld on this host and ``slurm_cluster.nodes`` (node1, node2, node3), each node
     a set of namespaces with its own hostname, slurmd and FUSE clients of the GlusterFS
-    volume and of MooseFS (whether it came up before or after Slurm) at the same paths
-    as here: a job can write to the paths of ``gluster_dirs`` and ``moosefs_dirs``.
+    volume, of MooseFS and of CephFS (whether they came up before or after Slurm) at the
+    same paths as here: a job can write to the paths of ``gluster_dirs``,
+    ``moosefs_dirs`` and ``ceph_dirs``.
     Pass ``slurm_cluster.env`` as the
     environment of sbatch/squeue/... (it sets SLURM_CONF), or use ``slurm_cluster.run``.
     It brings the GlusterFS volume up first.
@@ -30,7 +40,7 @@ Fixtures
     qsub, qstat, qdel and qmod through ``sge_cluster.run`` (scripts/cluster/sge.sh exec).
 ``zotsink_cmd`` (function) -> ``[sys.executable, "-m", "zotsink"]``
     The argv prefix for running the CLI, also from inside a Slurm job on this host.
-``clusters_down`` (function) -> the services (gluster, moosefs, slurm)
+``clusters_down`` (function) -> the services (gluster, moosefs, ceph, slurm, sge)
     Drops this process's leases, so the last user's ``down`` runs, and waits until no
     process holds one: for the test at the end that checks that nothing is left behind.
 ``cluster_report`` (function) -> ``report(line)``
@@ -79,8 +89,8 @@ same reason instead of trying again). With ZOTSINK_CLUSTER_REQUIRED=1 in the env
 they fail instead, for runs where a skip would hide a broken setup.
 
 The scripts' settings (state dirs, mount points, node and CPU counts) come from their
-ZOTSINK_GLUSTER_*, ZOTSINK_MOOSEFS_* and ZOTSINK_SLURM_* environment variables; see the
-scripts' headers.
+ZOTSINK_GLUSTER_*, ZOTSINK_MOOSEFS_*, ZOTSINK_CEPH_* and ZOTSINK_SLURM_* environment
+variables; see the scripts' headers.
 """
 
 from __future__ import annotations
@@ -114,8 +124,9 @@ LAST_MODULE = "test_zz_nothing_left_behind.py"
 EXIT_PACKAGES = 3
 EXIT_PRECONDITION = 4
 
-# `up` from purged packages took about 12 s (GlusterFS) and 6 s (Slurm) here, mostly
-# apt-get; a slow mirror gets a generous margin, a hung one does not stall CI forever.
+# `up` from purged packages takes seconds to minutes, mostly apt-get (Grid Engine and Ceph
+# the longest: docs/test-cluster.md); a slow mirror gets a generous margin, a hung one
+# does not stall CI forever.
 UP_TIMEOUT = 420
 DOWN_TIMEOUT = 180
 # longest wait for another worker's cluster test to finish
@@ -141,6 +152,14 @@ class MooseFSMounts(NamedTuple):
 
     node1: Path
     node2: Path
+
+
+class CephMounts(NamedTuple):
+    """One place on the CephFS as seen through each of its three mounts."""
+
+    node1: Path
+    node2: Path
+    reader: Path
 
 
 @dataclass(frozen=True)
@@ -378,11 +397,12 @@ class _Service:
 
 GLUSTER = _Service("gluster", "mount GlusterFS", "ZOTSINK_GLUSTER_STATE")
 MOOSEFS = _Service("moosefs", "mount MooseFS", "ZOTSINK_MOOSEFS_STATE")
+CEPH = _Service("ceph", "start Ceph and mount CephFS", "ZOTSINK_CEPH_STATE")
 SLURM = _Service("slurm", "start munged, slurmctld and the nodes", "ZOTSINK_SLURM_STATE")
 SGE = _Service("sge", "start sge_qmaster and the execds", "ZOTSINK_SGE_STATE")
 # In the order they go down: the schedulers first (Grid Engine's execds run in Slurm's
 # nodes), so that jobs and the nodes' clients stop before the file systems they use go away.
-SERVICES = (SGE, SLURM, MOOSEFS, GLUSTER)
+SERVICES = (SGE, SLURM, CEPH, MOOSEFS, GLUSTER)
 
 
 def _release_all_at_exit() -> None:
@@ -444,10 +464,20 @@ def moosefs_mounts(request: pytest.FixtureRequest) -> MooseFSMounts:
 
 
 @pytest.fixture(scope="session")
+def ceph_mounts(request: pytest.FixtureRequest) -> CephMounts:
+    """The three mounts of the CephFS (see the module docstring)."""
+    out = _start(CEPH, request)
+    paths = [Path(line) for line in out.split() if line.startswith("/")]
+    if len(paths) != 3:
+        pytest.fail(f"ceph.sh up printed {len(paths)} mount points, expected 3: {out!r}")
+    return CephMounts(*paths)
+
+
+@pytest.fixture(scope="session")
 def slurm_cluster(gluster_mounts: GlusterMounts, request: pytest.FixtureRequest) -> SlurmCluster:
     """The Slurm cluster (see the module docstring). Most of its tests write to the
     GlusterFS volume, so the volume comes up first (and, being set up first, goes down
-    last); MooseFS mounts itself in the running nodes whenever it comes up."""
+    last); MooseFS and CephFS mount themselves in the running nodes whenever they come up."""
     out = _start(SLURM, request)
     match = re.search(r"^SLURM_CONF=(.+)$", out, re.M)
     if not match:
@@ -477,9 +507,13 @@ def sge_cluster(slurm_cluster: SlurmCluster, request: pytest.FixtureRequest) -> 
 def _one_cluster_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     # Session fixtures are set up before this function-scoped one, so the lock is
     # taken only once the clusters a test needs are up (or the test was skipped).
-    if not {"gluster_mounts", "moosefs_mounts", "slurm_cluster", "sge_cluster"} & set(
-        request.fixturenames
-    ):
+    names = set(request.fixturenames)
+    if "fs" in names:
+        # A test parametrized with its filesystem asks for the mounts only through
+        # fs_dirs; bring them up here, before the lock, as for the others.
+        request.getfixturevalue(f"{request.getfixturevalue('fs')}_mounts")
+    cluster = {"gluster_mounts", "moosefs_mounts", "ceph_mounts", "slurm_cluster", "sge_cluster"}
+    if not (cluster | {"fs"}) & names:
         yield
         return
     with _flocked(TESTS_LOCK, timeout=TEST_LOCK_TIMEOUT):
@@ -520,6 +554,25 @@ def moosefs_dirs(moosefs_mounts: MooseFSMounts, request: pytest.FixtureRequest) 
     if not _wait_for(lambda: all(d.is_dir() for d in dirs)):
         pytest.fail(f"{name} made through {moosefs_mounts.node1} did not appear through node2")
     return dirs
+
+
+@pytest.fixture
+def ceph_dirs(ceph_mounts: CephMounts, request: pytest.FixtureRequest) -> CephMounts:
+    """A fresh empty directory on the CephFS, seen through node1, node2 and reader."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:80] + "-" + uuid.uuid4().hex[:8]
+    (ceph_mounts.node1 / name).mkdir()
+    dirs = CephMounts(*(m / name for m in ceph_mounts))
+    if not _wait_for(lambda: all(d.is_dir() for d in dirs)):
+        pytest.fail(f"{name} made through {ceph_mounts.node1} did not appear through the others")
+    return dirs
+
+
+@pytest.fixture
+def fs_dirs(fs: str, request: pytest.FixtureRequest) -> GlusterMounts | CephMounts:
+    """``gluster_dirs`` or ``ceph_dirs``, as the test's parameter ``fs`` names it."""
+    if fs not in ("gluster", "ceph"):
+        pytest.fail(f"fs_dirs: no filesystem {fs!r} with three mounts (gluster, ceph)")
+    return request.getfixturevalue(f"{fs}_dirs")
 
 
 @pytest.fixture

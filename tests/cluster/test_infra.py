@@ -221,14 +221,14 @@ sys.exit(subprocess.run(cmd, input=rec.encode()).returncode)
 """
 
 
-@pytest.fixture(params=["gluster", "moosefs"])
+@pytest.fixture(params=["gluster", "moosefs", "ceph"])
 def shared_fs(request: pytest.FixtureRequest, slurm_cluster) -> tuple[Path, Path, tuple[Path, ...]]:
     """(where the nodes write, a mount that reads it back, the host's mounts) on each
-    shared filesystem. MooseFS comes up after the Slurm nodes here: it mounts itself in
-    them, which is what this test shows for it."""
+    shared filesystem. MooseFS and CephFS come up after the Slurm nodes here: they mount
+    themselves in them, which is what this test shows for them."""
     dirs = request.getfixturevalue(f"{request.param}_dirs")
     mounts = request.getfixturevalue(f"{request.param}_mounts")
-    return dirs.node1, dirs[-1], tuple(mounts)  # GlusterFS's reader, MooseFS's node2
+    return dirs.node1, dirs[-1], tuple(mounts)  # the reader; MooseFS's node2
 
 
 def test_array_runs_on_three_nodes_each_with_its_own_client(

@@ -1,5 +1,6 @@
-"""pack on a real GlusterFS volume: 4 writers on two client mounts (two "nodes") append to
-one tar; a third mount reads it back with tar, bsdtar and tarfile, and verify passes."""
+"""pack on a real GlusterFS volume and on a CephFS: 4 writers on two client mounts (two
+"nodes") append to one tar; a third mount reads it back with tar, bsdtar and tarfile, and
+verify passes."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ def _settled(path: Path, timeout: float = 10.0) -> None:
 
 
 @pytest.mark.skipif(shutil.which("bsdtar") is None, reason="bsdtar (libarchive-tools) missing")
-def test_four_writers_on_two_mounts_pack_every_member_whole(gluster_dirs, cluster_report):
-    node1, node2, reader = gluster_dirs
+@pytest.mark.parametrize("fs", ["gluster", "ceph"])
+def test_four_writers_on_two_mounts_pack_every_member_whole(fs_dirs, cluster_report):
+    node1, node2, reader = fs_dirs
     mounts = [node1, node1, node2, node2]
     t0 = time.monotonic()
     procs = [

@@ -1,4 +1,5 @@
-"""Each task's records exactly once across two nodes on GlusterFS: two ``zotsink run`` on ONE
+"""Each task's records exactly once across two nodes, on GlusterFS and on CephFS (whose
+metadata server grants the locks, as Lustre's does): two ``zotsink run`` on ONE
 task list (no --index/--chunk split, so both compete for every task), node1 and node2 each
 writing OUT, its ledger and its log through its own FUSE client; node2's run SIGKILLed
 mid-run; then a resubmission on node3 through a third client. Some tasks fail once (and
@@ -116,11 +117,12 @@ def ledger_rows(path: Path) -> list[dict[str, str]]:
     return [dict(zip(cols, ln.split("\t"))) for ln in lines[1:] if ln]
 
 
+@pytest.mark.parametrize("fs", ["gluster", "ceph"])
 def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
-    gluster_dirs, slurm_cluster, zotsink_cmd, tmp_path
+    fs_dirs, slurm_cluster, zotsink_cmd, tmp_path
 ):
     lines = [task_line(t) for t in range(1, N + 1)]
-    (gluster_dirs.node1 / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
+    (fs_dirs.node1 / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
     witness = tmp_path / "witness"  # this host's disk, seen by every node
     witness.mkdir()
     said = tmp_path / "said"
@@ -156,7 +158,7 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
 
     deadline = time.monotonic() + TIMEOUT
     jobs = {}
-    for node, where in (("node1", gluster_dirs.node1), ("node2", gluster_dirs.node2)):
+    for node, where in (("node1", fs_dirs.node1), ("node2", fs_dirs.node2)):
         res = submit(node, where)
         assert res.returncode == 0, res.stderr
         jobs[node] = res.stdout.strip().split(";")[0]
@@ -171,10 +173,10 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     )
 
     # The resubmission: the same job on a third node through a third client.
-    res = submit("node3", gluster_dirs.reader, "--wait")
+    res = submit("node3", fs_dirs.reader, "--wait")
     assert res.returncode == 1, res.stderr  # run's 1: the tasks that always fail
 
-    ledger_path, out = gluster_dirs.reader / "out.tsv.ledger", gluster_dirs.reader / "out.tsv"
+    ledger_path, out = fs_dirs.reader / "out.tsv.ledger", fs_dirs.reader / "out.tsv"
 
     def ledger_complete() -> bool:
         # Another client's appends reach this mount's view within about a second.
@@ -250,7 +252,7 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     assert len(ends) > len(ok_attempt)
 
     status = subprocess.run(
-        [*zotsink_cmd, "status", str(gluster_dirs.reader / "tasks.txt"), str(out), "--json"],
+        [*zotsink_cmd, "status", str(fs_dirs.reader / "tasks.txt"), str(out), "--json"],
         capture_output=True,
         text=True,
         timeout=60,

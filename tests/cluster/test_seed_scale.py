@@ -1,7 +1,7 @@
 """The seed workload at CI scale: 2,700 EuroSAT-like images, one record each, written by a
 Slurm array of 27 elements x ``zotsink run --chunk 100 --jobs auto`` spread over the three
 nodes into ONE table, with one ledger and no per-task file anywhere; once on GlusterFS and
-once on MooseFS, each node writing through its own client.
+once on MooseFS and once on CephFS, each node writing through its own client.
 
 Needs ``zotsink run`` and ``zotsink status``; skipped while the CLI has no ``run``. The
 27,000-image version of the same run is the benchmark of scripts/bench.
@@ -44,12 +44,12 @@ def seed_images(tmp_path_factory) -> tuple[Path, list[str]]:
     return tasks, tasks.read_text().splitlines()
 
 
-@pytest.fixture(params=["gluster", "moosefs"])
+@pytest.fixture(params=["gluster", "moosefs", "ceph"])
 def shared_dirs(request: pytest.FixtureRequest, slurm_cluster) -> tuple[Path, Path]:
     """(where the nodes write, a mount that reads it back) on each shared filesystem.
-    MooseFS comes up after the Slurm nodes here: it mounts itself in them."""
+    MooseFS and CephFS come up after the Slurm nodes here: they mount themselves in them."""
     dirs = request.getfixturevalue(f"{request.param}_dirs")
-    return dirs.node1, dirs[-1]  # GlusterFS's reader, MooseFS's node2
+    return dirs.node1, dirs[-1]  # GlusterFS's and CephFS's reader, MooseFS's node2
 
 
 def test_seed_array_writes_one_table_one_ledger_and_no_task_files(

@@ -1,9 +1,9 @@
 """The last cluster test: once every cluster is down, nothing of them is left on this host.
 
 No daemon, FUSE client, node namespace or holder process; no mount; no bridge or veth;
-no brick, chunk, controller state or pid file. The collection hook in conftest.py runs
-this module after every other cluster test; the fixture waits for other pytest-xdist
-workers to drop their clusters too.
+no brick, chunk, Ceph store, controller state, pid file or admin socket. The collection
+hook in conftest.py runs this module after every other cluster test; the fixture waits for
+other pytest-xdist workers to drop their clusters too.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ DAEMONS = {
     "sge_qmaster",
     "sge_execd",
     "sge_shepherd",
+    "ceph-mon",
+    "ceph-mgr",
+    "ceph-osd",
+    "ceph-mds",
+    "ceph-fuse",
 }
 
 
@@ -60,7 +65,7 @@ def our_mounts() -> list[str]:
         rest = fields[fields.index("-") + 1 :]
         if (
             fields[4].startswith(("/mnt/zotsink-", BASE))
-            or rest[0] == "fuse.glusterfs"
+            or rest[0] in ("fuse.glusterfs", "fuse.ceph-fuse")
             or rest[1].startswith("mfs\\043")
         ):
             found.append(line)
@@ -78,7 +83,8 @@ def test_nothing_of_the_clusters_is_left_behind(clusters_down):
         str(p)
         for p in base.rglob("*")
         if p.name.endswith(".pid")
-        or re.search(r"/(gluster/brick|moosefs/data|slurm/ctld|slurm/spool)(/|$)", str(p))
+        or p.name.endswith(".asok")
+        or re.search(r"/(gluster/brick|moosefs/data|ceph/data|slurm/ctld|slurm/spool)(/|$)", str(p))
         or (p.parent.name == "leases" and not p.name.startswith("."))
     ]
     assert leftovers == []

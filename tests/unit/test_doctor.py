@@ -246,6 +246,54 @@ def test_cephfs_kernel_client_is_coherent() -> None:
     )
 
 
+def test_cephfs_kernel_client_notes_its_lock_kinds_and_evictions() -> None:
+    r = assess(mount(data("ceph", "10.0.0.1:6789:/", "rw,name=admin,acl")), ALL_WORK)
+    lines = doctor_lines(r)
+    assert "filesystem  ceph: CephFS, kernel client, a cluster filesystem" in lines
+    assert (
+        "locks       coherent: the Ceph metadata server (MDS) grants them across clients" in lines
+    )
+    assert any(
+        "a lock taken with fcntl does not exclude one taken with flock" in n for n in r.notes
+    )
+    assert any("session_autoclose (300 s by default)" in n for n in r.notes)
+
+
+def test_ceph_fuse_is_named_from_its_mountinfo_line_and_trusted() -> None:
+    # as ceph-fuse 16 mounts itself (scripts/cluster/ceph.sh)
+    line = (
+        "42 27 0:39 / /data rw,nosuid,nodev,relatime - fuse.ceph-fuse ceph-fuse"
+        " rw,user_id=0,group_id=0,allow_other"
+    )
+    m = mount(line)
+    assert (m.fstype, m.source) == ("fuse.ceph-fuse", "ceph-fuse")
+    r = assess(m, ALL_WORK)
+    assert (r.ok, r.family, r.fuse, r.lock, r.locks, r.sync) == (
+        True,
+        "cluster",
+        True,
+        "flock",
+        "coherent",
+        "fsync",
+    )
+    lines = doctor_lines(r)
+    assert (
+        "filesystem  fuse.ceph-fuse: CephFS, ceph-fuse client, a FUSE cluster filesystem" in lines
+    )
+    assert (
+        "locks       coherent: ceph-fuse passes them to the Ceph metadata server (MDS),"
+        " which grants them across clients" in lines
+    )
+    assert any("every program that writes OUT must take flock locks" in n for n in r.notes)
+    # with --lock fcntl the note names the other kind
+    r = assess(m, ALL_WORK, lock="fcntl")
+    assert (r.ok, r.lock) == (True, "fcntl")
+    assert any("every program that writes OUT must take fcntl locks" in n for n in r.notes)
+    # marker files need no kernel lock: nothing to say about lock kinds or evictions
+    r = assess(m, ALL_WORK, lock="lockfile")
+    assert not any("CephFS" in n or "session_autoclose" in n for n in r.notes)
+
+
 def test_glusterfs_is_a_coherent_fuse_cluster_filesystem() -> None:
     line = data(
         "fuse.glusterfs",

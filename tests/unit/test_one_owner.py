@@ -89,7 +89,6 @@ def test_the_pack_index_escapes_a_name_as_records_do(name: str) -> None:
 #: The list may only shrink.
 CUT_THEIR_OWN = {
     "zotsink/_core/blocks.py",  # BlockEncoder's line-by-line path
-    "zotsink/_run/pool.py",  # a task's stdout
 }
 
 
@@ -231,3 +230,45 @@ def test_one_loop_waits_for_a_lock() -> None:
     assert second == [], "wait for a lock with zotsink._core.backoff.wait_for_lock"
     stale = sorted(key for key in LOCK_LOOPS if key not in found)
     assert stale == [], "these no longer loop around a lock: take them off LOCK_LOOPS"
+
+
+# -- one pipe line cutter: _core/pump.py (LineReader, LineCutter) ---------------------------
+
+#: Where run and the stream read pipes, and the one module that looks for newlines in what
+#: they read.
+PIPE_READERS = ("zotsink/_run", "zotsink/_stream.py")
+PIPE_CUTTER = "zotsink/_core/pump.py"
+#: Modules there that look for newlines in bytes that are no pipe's: the ledger's file.
+NOT_PIPES = {"zotsink/_run/ledger.py"}
+_SEARCHES = ("find", "rfind", "index", "rindex", "split", "rsplit", "partition", "rpartition")
+
+
+def _newline_searches(tree: ast.Module) -> Iterator[int]:
+    """Lines of ``tree`` that search bytes for a newline: ``x.find(b"\n")`` and the like,
+    ``x.splitlines()`` on bytes read, and ``bytes.find(x, b"\n")``."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in _SEARCHES:
+            continue
+        if any(
+            isinstance(arg, ast.Constant) and isinstance(arg.value, bytes) and b"\n" in arg.value
+            for arg in node.args
+        ):
+            yield node.lineno
+
+
+def test_pipes_are_cut_into_lines_only_by_pump() -> None:
+    """A task's stdout and stderr, a function worker's prints and the stream's input are
+    cut by pump's cutters, with their one over-limit policy: a second cutter (a ``find`` or
+    ``rfind`` of a newline over bytes read from a pipe) fails this."""
+    readers = [
+        (rel, tree)
+        for rel, tree in _modules()
+        if rel.startswith(PIPE_READERS) and rel not in NOT_PIPES
+    ]
+    assert len(readers) > 5
+    found = [f"{rel}:{no}" for rel, tree in readers for no in _newline_searches(tree)]
+    assert found == [], f"cut pipe bytes with {PIPE_CUTTER} (LineCutter or LineReader)"
+    cutter = ast.parse((PACKAGE.parent / PIPE_CUTTER).read_text(encoding="utf-8"))
+    assert list(_newline_searches(cutter)), "the pin no longer sees how pump cuts lines"

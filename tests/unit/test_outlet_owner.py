@@ -121,7 +121,7 @@ def test_one_batch_buffer_and_one_wait_for_the_stop_signal() -> None:
     batches = sorted(
         {name for name, tree in modules() for c in calls(tree) if called_name(c) == "Batch"}
     )
-    assert batches == ["_core/outlet.py"]
+    assert batches == ["_core/outlet.py", "_run/commit.py"]  # records; group commit
     handlers = sorted(
         {
             name

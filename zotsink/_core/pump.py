@@ -10,6 +10,12 @@ The buffer holds, in order: whole lines already handed out but not yet released 
 whole lines waiting (``ready``), and the unterminated tail of the last line. A line longer
 than ``max_line`` is never held whole: once its head passes the limit the reader says so
 (:attr:`LineReader.overlong`) and the caller drains it piece by piece.
+
+:class:`LineCutter` is the same cut, with the same over-limit policy, for pipes read
+elsewhere in pieces (``zotsink run``: a task's stdout and stderr, a function worker's
+prints), where many small pipes share one poll loop and a reused buffer per pipe would cost
+more than it saves. Between them, these two are the only code that looks for newlines in
+bytes read from a pipe.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-from typing import Final
+from typing import Final, Protocol
 
-__all__ = ["LineReader", "enlarge_pipe", "pad_heap"]
+__all__ = ["LineCutter", "LineReader", "LineSink", "enlarge_pipe", "pad_heap"]
 
 #: ``fcntl.F_SETPIPE_SZ`` (Python 3.10+; the Linux value before that).
 F_SETPIPE_SZ: Final = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -224,3 +230,107 @@ class LineReader:
         self.cut -= self.start
         self.end -= self.start
         self.start = 0
+
+
+class LineSink(Protocol):
+    """Where a :class:`LineCutter` puts what it cut."""
+
+    def lines(self, block: bytes) -> None:
+        """Whole lines, each ending in a newline, none over the limit."""
+
+    def long_begin(self, head: bytes) -> None:
+        """A line over the limit begins with ``head`` (more than ``max_line`` bytes, or the
+        whole line when it came in one piece)."""
+
+    def long_more(self, piece: bytes) -> None:
+        """The next bytes of that line (never its newline)."""
+
+    def long_end(self, size: int, how: str) -> None:
+        """That line ended after ``size`` bytes: at its newline (``how`` empty) or where
+        the input stopped (``how`` says why)."""
+
+
+class LineCutter:
+    """Whole lines out of the pieces of one pipe, read elsewhere: the unfinished last line
+    waits here; a line over ``max_line`` is never held whole (as in :class:`LineReader`)
+    but handed on piece by piece."""
+
+    __slots__ = ("_long", "_tail", "max_line")
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self._tail = bytearray()  # the unfinished last line
+        self._long = -1  # bytes so far of a line over the limit; -1: none
+
+    @property
+    def pending(self) -> bool:
+        """Bytes of an unfinished line wait (or a line over the limit has not ended)."""
+        return bool(self._tail) or self._long >= 0
+
+    def feed(self, chunk: bytes, sink: LineSink) -> None:
+        """Cut the next piece of the pipe's bytes."""
+        if self._long >= 0:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._long += len(chunk)
+                sink.long_more(chunk)
+                return
+            if nl:
+                sink.long_more(chunk[:nl])
+            size, self._long = self._long + nl, -1
+            sink.long_end(size, "")
+            chunk = chunk[nl + 1 :]
+        nl = chunk.rfind(b"\n")
+        if nl < 0:
+            self._tail += chunk
+            if len(self._tail) > self.max_line:
+                head, self._tail = bytes(self._tail), bytearray()
+                self._long = len(head)
+                sink.long_begin(head)
+            return
+        if self._tail:
+            block = bytes(self._tail) + chunk[: nl + 1]
+            self._tail = bytearray(chunk[nl + 1 :])
+        else:
+            block = chunk if nl + 1 == len(chunk) else chunk[: nl + 1]
+            self._tail = bytearray(chunk[nl + 1 :])
+        self._whole(block, sink)
+        if len(self._tail) > self.max_line:
+            head, self._tail = bytes(self._tail), bytearray()
+            self._long = len(head)
+            sink.long_begin(head)
+
+    def _whole(self, block: bytes, sink: LineSink) -> None:
+        if len(block) <= self.max_line + 1:
+            sink.lines(block)  # no line in it can be over the limit
+            return
+        at = 0
+        while at < len(block):
+            nl = block.find(b"\n", at)
+            if nl - at > self.max_line:
+                sink.long_begin(block[at:nl])
+                sink.long_end(nl - at, "")
+                at = nl + 1
+                continue
+            # the lines up to the next one over the limit, as one block
+            end = at
+            while end < len(block):
+                nl = block.find(b"\n", end)
+                if nl - end > self.max_line:
+                    break
+                end = nl + 1
+            sink.lines(block[at:end])
+            at = end
+
+    def finish(self, sink: LineSink, how: str) -> bool:
+        """The input stopped (its end, or a cut-off: ``how`` says why, for a line over the
+        limit): the unfinished line goes with a newline added. Whether one was added."""
+        if self._long >= 0:
+            size, self._long = self._long, -1
+            sink.long_end(size, how)
+            return False
+        if not self._tail:
+            return False
+        block, self._tail = bytes(self._tail) + b"\n", bytearray()
+        self._whole(block, sink)
+        return True

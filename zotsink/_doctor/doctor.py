@@ -32,6 +32,7 @@ from .._core.locking import LOCK_KINDS, LOCKFILE_LEASE, UNSUPPORTED_ERRNOS
 from ..errors import UsageError
 from .lockscope import (
     ABSENT,
+    CEPH_FUSE,
     MARKER,
     NODE_LOCAL,
     UNKNOWN,
@@ -241,6 +242,18 @@ def assess(
         notes.append(
             "MooseFS refuses a flock now and then with ECANCELED when OUT is opened anew for"
             " every append; zotsink takes it for a busy lock and tries again"
+        )
+    if (t == "ceph" or t in CEPH_FUSE) and kind in ("flock", "fcntl"):
+        other = "fcntl" if kind == "flock" else "flock"
+        notes.append(
+            f"CephFS keeps flock and fcntl locks apart (a lock taken with {other} does not"
+            f" exclude one taken with {kind}): every program that writes OUT must take"
+            f" {kind} locks, as zotsink does here"
+        )
+        notes.append(
+            "a lock held through a client that stops answering (its node died) stays held"
+            " until the MDS evicts that client, after session_autoclose (300 s by default):"
+            " writers on other nodes wait until then, within --timeout"
         )
     if fsync and t == "fuse.mfs":
         sync_why = (

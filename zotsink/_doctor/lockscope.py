@@ -17,6 +17,7 @@ from .._core.fsinfo import Mount, is_network
 
 __all__ = [
     "ABSENT",
+    "CEPH_FUSE",
     "COHERENT",
     "MARKER",
     "NODE_LOCAL",
@@ -67,6 +68,8 @@ NAMES: Final = {
 FUSE_FORWARDING: Final = frozenset(
     {"fuse.glusterfs", "fuse.ceph-fuse", "fuse.ceph", "fuse.juicefs", "fuse.mfs"}
 )
+# the names mountinfo gives the FUSE client of CephFS
+CEPH_FUSE: Final = frozenset({"fuse.ceph-fuse", "fuse.ceph"})
 _TRUE: Final = frozenset({"true", "1", "yes", "on"})
 
 
@@ -153,7 +156,12 @@ def kernel_scope(m: Mount, kind: str, beegfs: tuple[str, str | None]) -> tuple[s
             return NODE_LOCAL, "mounted nobrl: lock requests are not sent to the server"
         return COHERENT, "the SMB server keeps them"
     if t == "ceph":
-        return COHERENT, "the Ceph metadata servers keep them"
+        return COHERENT, "the Ceph metadata server (MDS) grants them across clients"
+    if t in CEPH_FUSE:
+        return COHERENT, (
+            "ceph-fuse passes them to the Ceph metadata server (MDS), which grants them"
+            " across clients"
+        )
     if t in FUSE_FORWARDING:
         name = NAMES[t][0].split(",")[0]
         return COHERENT, f"{name} passes them to its servers"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
 from typing import Any, Protocol
 
 from .._core.fileio import pread_chunks
@@ -37,6 +36,7 @@ from .._ledgerfile import (
 )
 from ..errors import UsageError
 from .alive import PROC_START, proc_start
+from .queue import Picked, TaskQueue
 from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
 
@@ -87,14 +87,13 @@ class Ledger:
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
         # What this run knows of the tasks it may claim (see begin() and claim()).
-        self._keys: Mapping[int, str] = {}
-        self._learned: dict[int, str] = {}  # tasks claimed that begin() did not name
+        self._keys: dict[int, str] = {}  # the tasks whose rows this run folds
         self._states: dict[int, TaskState] = {}
         self._seen = 0  # ledger bytes read so far: rows past it are news
         self._rerun: set[int] = set()  # ok before this run began, to run again (--rerun)
-        self._want: tuple[deque[Claimable], int] | None = None  # a claim under way
-        self._picked: list[tuple[Claimable, int]] = []
-        self._dropped: list[Claimable] = []
+        # a claim under way: the queue, how many, and the tasks whose history to read first
+        self._want: tuple[TaskQueue[Any], int, Mapping[int, str]] | None = None
+        self._picked = Picked([], [])
         self._claimed_bytes = 0
         # This run's settings, the row that records them when the ledger's differ or are
         # none (written with the first claim), and the tasks given up under the lock.
@@ -171,34 +170,44 @@ class Ledger:
         if settings is not None and dict(recorded or {}) != dict(settings):
             self._settings_row = self.settings_row(settings)
         self.max_attempts = max_attempts
-        self._keys = keys
+        self._keys = dict(keys)  # grows by what _learn reads
         self._states = dict(states)
         self._seen = seen
         self._rerun = {n for n, st in states.items() if st.state == "ok"} if rerun else set()
 
     def claim(
-        self, queue: deque[Claimable], want: int, ends: Sequence[bytes]
-    ) -> tuple[list[tuple[Claimable, int]], list[Claimable]]:
-        """Claim up to ``want`` tasks from the front of ``queue`` under the ledger's lock.
+        self, queue: TaskQueue[Any] | deque[Claimable], want: int, ends: Sequence[bytes]
+    ) -> tuple[list[tuple[Any, int]], list[Any]]:
+        """Claim up to ``want`` tasks that ``queue`` picks, under the ledger's lock.
 
-        Under one lock hold: the rows other runs appended since this run last looked are
-        read; a task they finished (``ok``) or that runs in a live process (this host's
-        pid table, else the scheduler) is taken off the queue; the rest get their next
-        attempt number and a ``start`` row, written with ``ends`` in one fsynced append.
-        Two runs started together so never run the same task, and attempt numbers are
-        unique. Returns the tasks claimed (with their attempt) and those taken off because
-        another run has or had them. Raises like :meth:`append` (nothing claimed then).
+        Under one lock hold: the history of tasks the queue got since this run began is
+        read (:attr:`TaskQueue.unlearned`), then the rows other runs appended since this run
+        last looked; the queue picks by those states (a task finished (``ok``) or running
+        in a live process, this host's pid table or else the scheduler, is dropped); the
+        picked ones get their next attempt number and a ``start`` row, written with
+        ``ends`` in one fsynced append. Two runs started together so never run the same
+        task, and attempt numbers are unique. Returns the tasks claimed (with their
+        attempt) and those dropped. Raises like :meth:`append` (nothing claimed then).
+
+        ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
+        (``rerun``, ``max_attempts``).
         """
-        self._want = (queue, want)
-        self._picked, self._dropped = [], []
+        if isinstance(queue, deque):
+            keys = self._keys
+            late = {t.num: t.line for t in queue if t.num not in keys}
+            queue = TaskQueue.over(queue, given_up=self.gives_up, rerun_ok=self._rerun)
+        else:
+            late = queue.unlearned
+        self._want = (queue, want, late)
+        self._picked = Picked([], [])
         try:
             self.outlet.write_or_raise(b"".join(ends))
         except BaseException:
-            for task, _ in reversed(self._picked):  # not claimed: back where they were
-                queue.appendleft(task)
+            queue.unpick(self._picked)  # not claimed: back where they were
             raise
         finally:
             self._want = None
+            self.given_up |= queue.given_up
         if self._conflict is not None:
             raise UsageError(self._conflict, path=self.path)
         self._settings_row = b""  # on disk now: recorded once
@@ -208,16 +217,23 @@ class Ledger:
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
         self._seen = self.writer.last_at + self._claimed_bytes
-        return self._picked, self._dropped
+        return self._picked.claimed, self._picked.dropped
+
+    def gives_up(self, state: TaskState) -> bool:
+        """Whether ``state`` is given up under this run's ``max_attempts`` (see :meth:`begin`)."""
+        return given_up(state, self.max_attempts)
 
     def _claim_tasks(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
         """The writer's hook, run under the ledger's exclusive lock before each append: with
-        a claim under way, fold the rows appended since the last look and this run's own
-        end rows (``data``) into the tasks' states, then pick tasks and add their start
-        rows (see :meth:`claim`)."""
+        a claim under way, fold the history of tasks the queue got late, the rows appended
+        since the last look and this run's own end rows (``data``) into the tasks' states,
+        then let the queue pick and add the start rows (see :meth:`claim`)."""
         if self._want is None:
             return data
-        queue, want = self._want
+        queue, want, late = self._want
+        if late:
+            self._learn(fd, late)
+            queue.learn(self._states)
         self._read_news(fd, st.st_size)
         # this run's own end rows, about to be written: its failures count too
         for _n, _at, block in row_blocks((data,)):
@@ -225,33 +241,13 @@ class Ledger:
         if self._conflict is not None:
             return data  # another run recorded other settings: nothing is claimed
         here = os.uname().nodename
-        starts: list[bytes] = [self._settings_row] if self._settings_row else []
-        while queue and len(self._picked) < want:
-            task = queue.popleft()
-            if task.num not in self._keys and task.num not in self._learned:
-                self._learn(fd, st.st_size, [task, *islice(queue, want)])
-            state = self._states.get(task.num)
-            if state is not None and given_up(state, self.max_attempts):
-                self.given_up.add(task.num)
-                self._dropped.append(task)  # failed max_attempts times: not again
-                continue
-            if state is not None and (
-                (state.state == "ok" and task.num not in self._rerun)
-                or (
-                    state.state == "running"
-                    and state.last is not None
-                    and start_alive(state.last, here)
-                )
-            ):
-                self._dropped.append(task)  # done, or running, elsewhere
-                continue
-            self._rerun.discard(task.num)  # run again once, not once per retry
-            starts_so_far = state.starts if state is not None else 0
-            failures = state.failures if state is not None else 0
-            attempt = starts_so_far + 1
+        self._picked = queue.pick(want, self._states, lambda row: start_alive(row, here))
+        for task, attempt in self._picked.claimed:  # running here from now on
+            old = self._states.get(task.num)
+            failures = old.failures if old is not None else 0
             self._states[task.num] = TaskState(task.num, "running", attempt, None, failures)
-            self._picked.append((task, attempt))
-            starts.append(self.start_row(task.num, task.line, attempt))
+        starts: list[bytes] = [self._settings_row] if self._settings_row else []
+        starts += [self.start_row(t.num, t.line, attempt) for t, attempt in self._picked.claimed]
         rows = data + b"".join(starts)
         self._claimed_bytes = len(rows)
         return rows
@@ -265,10 +261,10 @@ class Ledger:
 
     def _fold(self, rows: Iterable[bytes], *, news: bool) -> None:
         """Fold ledger rows into the states of this run's tasks; with ``news`` (rows other
-        runs wrote) a ``run`` row of settings other than this run's is a conflict. Rows of
-        a task this run does not know yet are left in the ledger: :meth:`_learn` reads them
-        there when the task comes to be claimed."""
-        keys, learned, states = self._keys, self._learned, self._states
+        runs wrote) a ``run`` row of settings other than this run's is a conflict. Only the
+        tasks the queue was given count (:meth:`begin`'s keys, which grow as the queue's
+        source does): :meth:`_learn` reads a late task's earlier rows before any news."""
+        keys, states = self._keys, self._states
         for line in rows:
             if not line or line.startswith(b"event\t"):
                 continue
@@ -278,26 +274,23 @@ class Ledger:
                 continue
             key = keys.get(num)
             if key is None:
-                key = learned.get(num)
-                if key is None:
-                    continue
+                continue
             row = parse_row(line, self._later)
             if row is None or row.key != key:
                 continue  # torn, or another line had this number once
             states[num] = fold(row, states.get(num))
 
-    def _learn(self, fd: int, size: int, tasks: Iterable[Claimable]) -> None:
-        """Fold the history of ``tasks`` that :meth:`begin` did not name, from the rows of
-        the ledger (open at ``fd``, under this run's lock) before ``size``: every look at
-        the news since passed their rows by."""
-        new = {t.num: t.line for t in tasks if t.num not in self._keys}
-        new = {n: line for n, line in new.items() if n not in self._learned}
-        scan = LedgerScan.under_lock(self.path, fd, size)
-        for lineno, _at, line in scan.lines(new):
+    def _learn(self, fd: int, late: Mapping[int, str]) -> None:
+        """Fold the rows before the news (the first ``_seen`` bytes of the ledger, open at
+        ``fd`` under this run's lock) of ``late`` tasks (number -> line), which this run got
+        after it began: every look at the news passed their rows by. From now on their
+        news is folded too."""
+        scan = LedgerScan.under_lock(self.path, fd, self._seen)
+        for lineno, _at, line in scan.lines(late):
             row = scan.row(lineno, line)
-            if new.get(row.tasknum) == row.key:
+            if late.get(row.tasknum) == row.key:
                 self._states[row.tasknum] = fold(row, self._states.get(row.tasknum))
-        self._learned.update(new)
+        self._keys.update(late)
 
     def _check_news_settings(self, line: bytes) -> None:
         if self._settings is None:

@@ -12,14 +12,16 @@ attempt, ``awk -F'\\t'`` sees two fields as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
-from .._core.fileio import capped_lines
+from .._core.fileio import capped_lines, line_blocks
 
-__all__ = ["LogLine", "log_line", "log_lines", "parse_log_line"]
+__all__ = ["LOG_HEAD", "LogLine", "LogLines", "log_line", "log_lines", "parse_log_line"]
 
 #: Bytes of a line's start that may come before its text (``TASKNUM.ATTEMPT<TAB>``).
 _HEAD_ROOM: Final = 64
+#: The bytes of a line over the limit that go to the log (the rest is counted).
+LOG_HEAD: Final = 1024
 
 
 class LogLine(NamedTuple):
@@ -34,6 +36,41 @@ def log_line(tasknum: int, attempt: int, text: bytes) -> bytes:
     """The log line for ``text`` (one stderr line, no newline) of a task's attempt."""
     # a NUL byte would end the line for C tools reading the log: written as \0
     return b"%d.%d\t%s\n" % (tasknum, attempt, text.replace(b"\0", b"\\0"))
+
+
+class _Log(Protocol):
+    def add(self, data: bytes, count: int) -> None: ...
+
+
+class LogLines:
+    """Where the lines of a pipe that is for a person go (a task's stderr, a function
+    worker's prints): the log, each under its task's number and attempt (task 0: the run's
+    own). A line over the limit has its head logged and a note of its length.
+    A :class:`~zotsink._core.pump.LineSink`."""
+
+    __slots__ = ("attempt", "log", "num")
+
+    def __init__(self, log: _Log, num: int, attempt: int) -> None:
+        self.log = log
+        self.num = num
+        self.attempt = attempt
+
+    def line(self, text: bytes) -> None:
+        self.log.add(log_line(self.num, self.attempt, text), 1)  # the one writer of the format
+
+    def lines(self, block: bytes) -> None:
+        for lines, _whole in line_blocks((block,)):  # whole lines: one list
+            for text in lines:
+                self.line(text)
+
+    def long_begin(self, head: bytes) -> None:
+        self.line(head[:LOG_HEAD])
+
+    def long_more(self, piece: bytes) -> None:
+        pass  # counted by the cutter, never held
+
+    def long_end(self, size: int, how: str) -> None:
+        self.line(f"zotsink: the line above was {size} bytes long, cut to {LOG_HEAD}{how}".encode())
 
 
 def parse_log_line(line: bytes) -> LogLine | None:

@@ -1,33 +1,37 @@
 """``run_tasks`` and ``task_states``: the Python side of ``zotsink run`` and ``zotsink status``.
 
-``run_tasks`` picks this array element's tasks, drops those the ledger says are ``ok``, and
-hands the rest to the :class:`~zotsink._run.pool.Pool` with OUT, the log and the ledger
-opened through the locked append path.
+``run_tasks`` is a sequence of named steps: the option checks (:func:`_options`), this array
+element's tasks (:func:`_element_tasks`), the ledger's word on them and the recorded
+settings, the queue of the tasks to run (:class:`~zotsink._run.queue.TaskQueue`), the
+:class:`~zotsink._run.pool.Pool` with OUT and the log opened through the locked append path
+(:func:`_pool`), and the report (:func:`_report`).
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._arrays import chunk_range, scheduler_index
 from .._core.fileio import same_file
 from .._core.header import make_encoder
-from .._core.options import BATCH_BYTES, MAX_TIMEOUT, check_seconds, write_options
+from .._core.options import BATCH_BYTES, MAX_TIMEOUT, WriteOptions, check_seconds, write_options
+from .._core.outcheck import check_side_file
 from .._core.outlet import Outcome, Outlet
-from .._core.records import format_for
+from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._ledgerfile import read_ledger
 from ..errors import UsageError
+from .attempt import Output
 from .ledger import Ledger
 from .pool import Pool, Progress, Tasking
+from .queue import ChunkSource, TaskQueue
 from .settings import reconcile, recorded_max_attempts, run_settings
-from .states import TaskState, given_up, read_begin, states_of
-from .tasks import read_tasks
+from .states import TaskState, read_begin, states_of
+from .tasks import Task, read_tasks
 from .worker import call_spec, function_spec, refuse_nested_run
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
@@ -152,11 +156,99 @@ def run_tasks(
     The ledger records the settings (:func:`~zotsink._run.settings.run_settings`); a run
     whose settings differ from the recorded ones raises :class:`UsageError` before any task
     starts, unless ``new_settings`` (:func:`~zotsink._run.settings.reconcile`).
-    ``max_attempts`` (else the recorded one): a task whose failed, killed or timed-out
-    attempts reached it is ``given-up`` and not started again.
+    ``max_attempts`` (else the recorded one): a task whose failed, killed
+    or timed-out attempts reached it is ``given-up`` and not started again.
     """
     refuse_nested_run()
-    env = dict(os.environ if env is None else env)
+    o = _options(
+        tasks,
+        out,
+        command,
+        call=call,
+        function=function,
+        index=index,
+        chunk=chunk,
+        base=base,
+        jobs=jobs,
+        shell=shell,
+        rerun=rerun,
+        retries=retries,
+        task_timeout=task_timeout,
+        grace=grace,
+        max_attempts=max_attempts,
+        new_settings=new_settings,
+        ledger=ledger,
+        log=log,
+        write=write_options(
+            format=format,
+            columns=columns,
+            kv=kv,
+            stamp=stamp,
+            lock=lock,
+            sync=sync,
+            timeout=timeout,
+            batch_bytes=batch_bytes,
+            flush_interval=flush_interval,
+        ),
+        env=dict(os.environ if env is None else env),
+        stopper=stopper,
+        progress=progress,
+    )
+    return _run(o)
+
+
+class _RunOptions(NamedTuple):
+    """run_tasks's options, checked: what the steps of a run read."""
+
+    tasks: str
+    out: str
+    ledger_path: str
+    log_path: str
+    command: tuple[str, ...]
+    call: str | None
+    shell: bool
+    index: int | None  # the array index (given, else the scheduler's); None: every task
+    chunk: int
+    base: int
+    jobs: int
+    rerun: bool
+    retries: int
+    task_timeout: float | None
+    grace: float
+    max_attempts: int | None
+    new_settings: bool
+    write: WriteOptions
+    env: dict[str, str]
+    stopper: Stopper | None
+    progress: Callable[[Progress], None] | None
+
+
+def _options(
+    tasks: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    command: Sequence[str],
+    *,
+    call: str | None,
+    function: Callable[[str], Any] | None,
+    index: int | None,
+    chunk: int,
+    base: int,
+    jobs: int | str,
+    shell: bool,
+    rerun: bool,
+    retries: int,
+    task_timeout: float | None,
+    grace: float,
+    max_attempts: int | None,
+    new_settings: bool,
+    ledger: str | os.PathLike[str] | None,
+    log: str | os.PathLike[str] | None,
+    write: WriteOptions,
+    env: dict[str, str],
+    stopper: Stopper | None,
+    progress: Callable[[Progress], None] | None,
+) -> _RunOptions:
+    """The option checks: a usage error names the first option that cannot work."""
     out = os.fspath(out)
     if function is not None:
         if call is not None:
@@ -175,17 +267,6 @@ def run_tasks(
             "give the command to run after --, --call FILE.py:FUNC, or --shell for a list "
             "of commands"
         )
-    opts = write_options(
-        format=format,
-        columns=columns,
-        kv=kv,
-        stamp=stamp,
-        lock=lock,
-        sync=sync,
-        timeout=timeout,
-        batch_bytes=batch_bytes,
-        flush_interval=flush_interval,
-    )
     _check_run_options(retries, grace, task_timeout)
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
@@ -198,6 +279,8 @@ def run_tasks(
     log_path = os.fspath(log) if log is not None else out + ".log"
     if len({os.path.abspath(p) for p in (out, ledger_path, log_path)}) < 3:
         raise UsageError("OUT, --ledger and --log must be three different files")
+    for side in (ledger_path, log_path):  # named by the user: a device is refused here
+        check_side_file(side)
     named = (
         ("OUT", out, "OUT"),
         ("the ledger", ledger_path, "--ledger"),
@@ -210,62 +293,111 @@ def run_tasks(
             raise UsageError(
                 f"the task list {os.fspath(tasks)} is also {what}: give {opt} another name"
             )
-
-    if index is None:
-        index = scheduler_index(env)
-    wanted = chunk_range(index, chunk, base) if index is not None else None
-    todo, count = read_tasks(tasks, only=wanted)  # only the chunk's tasks become objects
-    if wanted is not None and wanted.start > count:
-        # an array submitted with too many elements (or the wrong --chunk/--base) must not
-        # look like a finished run
-        raise UsageError(
-            f"array index {index} runs tasks {wanted.start}-{wanted.stop - 1}, but "
-            f"{os.fspath(tasks)} has {count} lines: check the array range, --chunk {chunk} "
-            f"and --base {base} (`zotsink missing TASKS --ledger LEDGER --array` gives the "
-            "spec to submit)"
-        )
-    fmt = format_for(out, opts.format)
-    template = make_encoder(out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
-    book = Ledger(ledger_path, lock=opts.lock, timeout=opts.timeout, env=env, stopper=stopper)
-    keys = {t.num: t.line for t in todo}
-    states, seen, recorded = read_begin(
-        ledger_path, keys, lock=opts.lock, timeout=opts.timeout, stopper=stopper
-    )
-    settings = run_settings(
-        tasks,
-        command,
+    return _RunOptions(
+        tasks=os.fspath(tasks),
+        out=out,
+        ledger_path=ledger_path,
+        log_path=log_path,
+        command=tuple(command),
+        call=call,
         shell=shell,
-        array=index is not None,
+        index=scheduler_index(env) if index is None else index,
         chunk=chunk,
         base=base,
+        jobs=njobs,
+        rerun=rerun,
+        retries=retries,
+        task_timeout=task_timeout,
+        grace=grace,
+        max_attempts=max_attempts,
+        new_settings=new_settings,
+        write=write,
+        env=env,
+        stopper=stopper,
+        progress=progress,
+    )
+
+
+def _run(o: _RunOptions) -> RunReport:
+    """A run, step by step."""
+    todo = _element_tasks(o)
+    opts = o.write
+    fmt = format_for(o.out, opts.format)
+    template = make_encoder(o.out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
+    ledger = Ledger(
+        o.ledger_path, lock=opts.lock, timeout=opts.timeout, env=o.env, stopper=o.stopper
+    )
+    queue = TaskQueue(ChunkSource(todo), given_up=ledger.gives_up, rerun=o.rerun)
+    queue.refill()
+    states, seen, recorded = read_begin(
+        o.ledger_path, queue.keys, lock=opts.lock, timeout=opts.timeout, stopper=o.stopper
+    )
+    # -- the settings: recorded, compared -----------------------------------------------
+    index, max_attempts, new_settings = o.index, o.max_attempts, o.new_settings
+    settings = run_settings(
+        o.tasks,
+        o.command,
+        shell=o.shell,
+        array=index is not None,
+        chunk=o.chunk,
+        base=o.base,
         format=fmt,
         columns=opts.columns,
         kv=opts.kv,
         stamp=opts.stamp,
         max_attempts=max_attempts,
-        call=call,
+        call=o.call,
     )
     try:
         settings = reconcile(
-            recorded, settings, path=ledger_path, array=index is not None, new_settings=new_settings
+            recorded,
+            settings,
+            path=o.ledger_path,
+            array=index is not None,
+            new_settings=new_settings,
         )
     except UsageError:
-        book.close()
+        ledger.close()
         raise
     max_attempts = recorded_max_attempts(settings)  # given, else recorded
-    book.begin(
-        keys,
+    # -- begin: what the ledger said of this run's tasks --------------------------------
+    ledger.begin(
+        queue.keys,
         states,
         seen,
-        rerun=rerun,
+        rerun=o.rerun,
         settings=settings,
         recorded=recorded,
         max_attempts=max_attempts,
     )
-    gave_up = {n for n, st in states.items() if given_up(st, max_attempts)}
-    queue = deque(
-        t for t in todo if (rerun or states[t.num].state != "ok") and t.num not in gave_up
-    )
+    queue.learn(states)
+    pool = _pool(o, queue, ledger, template)
+    try:
+        pool.loop()
+    finally:
+        pool.close()
+    return _report(o, len(todo), queue, pool, ledger, max_attempts)
+
+
+def _element_tasks(o: _RunOptions) -> list[Task]:
+    """The tasks of this array element's chunk (every runnable one without an index)."""
+    wanted = chunk_range(o.index, o.chunk, o.base) if o.index is not None else None
+    todo, count = read_tasks(o.tasks, only=wanted)  # only the chunk's tasks become objects
+    if wanted is not None and wanted.start > count:
+        # an array submitted with too many elements (or the wrong --chunk/--base) must not
+        # look like a finished run
+        raise UsageError(
+            f"array index {o.index} runs tasks {wanted.start}-{wanted.stop - 1}, but "
+            f"{o.tasks} has {count} lines: check the array range, --chunk {o.chunk} "
+            f"and --base {o.base} (`zotsink missing TASKS --ledger LEDGER --array` gives the "
+            "spec to submit)"
+        )
+    return todo
+
+
+def _pool(o: _RunOptions, queue: TaskQueue[Task], ledger: Ledger, template: Encoder) -> Pool:
+    """The pool, with OUT and the log opened through the locked append path."""
+    opts = o.write
 
     def _outlet(writer: Writer) -> Outlet:
         return Outlet(
@@ -273,51 +405,60 @@ def run_tasks(
             timeout=opts.timeout,
             batch_bytes=opts.batch_bytes,
             flush_interval=opts.flush_interval,
-            stopper=stopper,
+            stopper=o.stopper,
         )
 
-    skipped = len(todo) - len(queue) - len(gave_up)
-    runner = Pool(
-        queue=queue,
-        how=Tasking(tuple(command), shell, njobs, retries, task_timeout, grace, opts.kv, env, call),
-        book=book,
-        template=template,
-        out=_outlet(Writer(out, lock=opts.lock, sync=opts.sync, header=template.header_line())),
-        # the log is this user's own, as the ledger is: never through a link, never planted
-        log=_outlet(
-            Writer(
-                log_path,
-                lock=opts.lock,
-                sync=opts.sync,
-                side_file=True,
-                mode=side_mode(out),
-            )
-        ),
-        stopper=stopper,
-        progress=progress,
+    out = _outlet(Writer(o.out, lock=opts.lock, sync=opts.sync, header=template.header_line()))
+    # the log is this user's own, as the ledger is: never through a link, never planted
+    log = _outlet(
+        Writer(
+            o.log_path,
+            lock=opts.lock,
+            sync=opts.sync,
+            side_file=True,
+            mode=side_mode(o.out),
+        )
     )
-    try:
-        runner.loop()
-    finally:
-        runner.close()
-    o, lg, bk = runner.out.outcome(), runner.log.outcome(), book.outcome()
+    how = Tasking(
+        o.command, o.shell, o.jobs, o.retries, o.task_timeout, o.grace, opts.kv, o.env, o.call
+    )
+    return Pool(
+        queue=queue,
+        how=how,
+        ledger=ledger,
+        output=Output(template, out, log, opts.kv),
+        commit_bytes=opts.batch_bytes,
+        stopper=o.stopper,
+        progress=o.progress,
+    )
+
+
+def _report(
+    o: _RunOptions,
+    selected: int,
+    queue: TaskQueue[Task],
+    pool: Pool,
+    ledger: Ledger,
+    max_attempts: int | None,
+) -> RunReport:
+    out, lg, bk = pool.output.out.outcome(), pool.output.log.outcome(), ledger.outcome()
     return RunReport(
-        selected=len(todo),
-        skipped=skipped,
-        started=runner.started,
-        states=runner.final,
-        records=o.records or 0,
-        rejected=o.rejected,
-        spilled=o.spilled + lg.spilled + bk.spilled,
-        spill_paths=o.spill_paths + lg.spill_paths + bk.spill_paths,
-        rejects_path=o.rejects_path,
-        log_path=log_path,
-        ledger_path=ledger_path,
-        signal=stopper.signum if stopper is not None else None,
-        error=o.error or lg.error or runner.ledger_error,
-        outcomes=(o, lg, bk),
-        elsewhere=runner.elsewhere - len(book.given_up),
-        halted=runner.halted,
-        given_up=len(gave_up | book.given_up),
+        selected=selected,
+        skipped=queue.skipped,
+        started=pool.started,
+        states=pool.final,
+        records=out.records or 0,
+        rejected=out.rejected,
+        spilled=out.spilled + lg.spilled + bk.spilled,
+        spill_paths=out.spill_paths + lg.spill_paths + bk.spill_paths,
+        rejects_path=out.rejects_path,
+        log_path=o.log_path,
+        ledger_path=o.ledger_path,
+        signal=o.stopper.signum if o.stopper is not None else None,
+        error=out.error or lg.error or pool.ledger_error,
+        outcomes=(out, lg, bk),
+        elsewhere=queue.elsewhere,
+        halted=pool.halted,
+        given_up=len(queue.given_up),
         max_attempts=max_attempts,
     )

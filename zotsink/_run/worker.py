@@ -17,6 +17,11 @@ cannot be, and for each task ``("done", items)`` or ``("raised", traceback, exit
 by name, values reduced to what marshal carries (other values, NumPy's among them, become
 the text a record holds for them: :func:`~zotsink._core.records.value_text`).
 Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop.
+
+The prints come a line at a time into the log, under the number of the task the worker
+runs (task 0, the run's own lines, before the first task and between tasks), cut by the one
+pipe line cutter; a call's prints are flushed before its result, so the result frame is
+where its last print line ends.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import importlib
 import importlib.util
 import marshal
 import os
+import signal
 import struct
 import sys
 import traceback  # before FUNC's module, which may shadow what traceback imports
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from .._core.pump import LineCutter, LineSink
 from .._core.records import value_text
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import leave_stops_to_parent
@@ -274,9 +281,16 @@ def _flush_prints() -> None:
 
 
 class Worker:
-    """The run's handle on one worker process."""
+    """The run's handle on one worker process; its prints go, as lines of at most
+    ``max_line`` bytes, where ``prints_to(tasknum, attempt)`` says (the log)."""
 
-    def __init__(self, spec: str, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        spec: str,
+        env: Mapping[str, str],
+        prints_to: Callable[[int, int], LineSink],
+        max_line: int,
+    ) -> None:
         import subprocess  # here: the worker process itself never needs it
 
         tasks_r, self._tasks_w = os.pipe()
@@ -314,9 +328,16 @@ class Worker:
         self._buf = bytearray()
         self.ready = False
         self.closed = False
+        self._sinks = prints_to
+        self._cutter = LineCutter(max_line)
+        self._prints_to = prints_to(0, 0)  # task 0 until it runs one
+        self.task: Any = None  # what the run calls the task it runs (None: idle)
 
-    def send(self, num: int, attempt: int, line: str) -> bool:
-        """Hand the worker a task; False when it is gone."""
+    def send(self, task: Any, num: int, attempt: int, line: str) -> bool:
+        """Hand the worker a task (``task``: the run's name for it, kept until the call
+        ends); False when it is gone."""
+        self.task = task
+        self._prints_to = self._sinks(num, attempt)
         data = marshal.dumps((num, attempt, line))
         try:
             self._tasks.write(_LEN.pack(len(data)) + data)
@@ -348,20 +369,42 @@ class Worker:
             del self._buf[: _LEN.size + size]
         return out, ended
 
-    def read_prints(self) -> bytes:
-        """What the worker printed and the run has not read yet (b"" at its end)."""
-        parts = []
+    def take_prints(self, *, last: bool = False) -> bool:
+        """What the worker printed since the last look, into the log; whether anything
+        came (nothing when the pipe was said to be readable: its end). ``last``: the call
+        ended, a line it left unfinished ends with it."""
+        came = False
         while True:
             try:
                 chunk = os.read(self.prints_fd, _READ_SIZE)
-            except BlockingIOError:
-                break
-            except OSError:
+            except OSError:  # BlockingIOError: nothing more now
                 break
             if not chunk:
                 break
-            parts.append(chunk)
-        return b"".join(parts)
+            came = True
+            self._cutter.feed(chunk, self._prints_to)
+        if last:
+            self._cutter.finish(self._prints_to, "")
+        return came
+
+    def returned(self) -> Any:
+        """The call in progress ended (its result came, or the worker is gone): its last
+        prints are taken, and the task it ran is handed back (None: it ran none)."""
+        self.take_prints(last=True)  # still under its task: sent before the result
+        task, self.task = self.task, None
+        self._prints_to = self._sinks(0, 0)
+        return task
+
+    def exit_code(self, wait: float) -> int:
+        """Its exit status, once its results pipe ended: a worker that closed it and lives
+        on after ``wait`` seconds is no worker: it is killed."""
+        import subprocess  # as in __init__
+
+        try:
+            return self.popen.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.popen.wait()
 
     def stop(self) -> None:
         """No more tasks: the worker ends when it has sent the last result."""

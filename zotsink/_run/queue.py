@@ -1,0 +1,317 @@
+"""Which tasks are this run's to start next: the one owner of that decision.
+
+A :class:`TaskQueue` is a pure decision object, fed events and asked questions, with no
+I/O of its own (the ledger reads and writes, the pool polls and starts): it is tested by
+feeding it events and looking at what it picks.
+
+- Its candidates come from a *source* (:class:`TaskSource`): today an array element's chunk
+  (:class:`ChunkSource`, every runnable line without an index). A source hands over new
+  tasks when asked (:meth:`TaskQueue.refill`) and says when no more will come.
+- A task the queue got after the run began has a history in the ledger this run has not
+  read: it is not picked until the ledger has folded that history (:attr:`unlearned`,
+  :meth:`learn`). Picking it blind would start attempt 1 of a task that is ``ok``.
+- :meth:`pick` runs under the ledger's lock with the states the ledger folded (and its
+  rules: given up, alive): a task done or running elsewhere is dropped, one given up is
+  dropped for good, the rest get their next attempt number and wait, claimed, to be
+  started (:meth:`next`). The ledger records what was picked; the queue reads states only.
+- How many to claim (:meth:`to_claim`): as many as can start now, and as many as will
+  start before the commit after the next at the rate tasks started since the last claim,
+  but none ahead before a task ran at all (a command that cannot start claims no more than
+  it fails).
+- A retry goes to the front; a stop claims nothing more (:meth:`stop`) and gives back the
+  claimed tasks not started (:meth:`release`), for their ``interrupted`` rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
+
+__all__ = [
+    "Candidate",
+    "ChunkSource",
+    "Picked",
+    "State",
+    "TaskQueue",
+    "TaskSource",
+    "Verdict",
+    "verdict",
+]
+
+#: What a pick decides for a candidate: start it here, or not (done or running elsewhere,
+#: or given up: failed max_attempts times).
+Verdict = Literal["start", "done", "elsewhere", "given-up"]
+
+
+class Candidate(Protocol):
+    """A task as the queue takes it (a :class:`~zotsink._run.tasks.Task`): its number in
+    the task list and its line, which the ledger's rows name."""
+
+    @property
+    def num(self) -> int: ...
+
+    @property
+    def line(self) -> str: ...
+
+
+Task = TypeVar("Task", bound=Candidate)
+
+
+class TaskSource(Protocol[Task]):
+    """Where a queue's candidates come from."""
+
+    def take(self) -> Sequence[Task]:
+        """The tasks new since the last call (reads the task list, if it must)."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """No more tasks will come."""
+        ...
+
+
+class ChunkSource(Generic[Task]):
+    """A fixed list: an array element's chunk, or every task of a run without an index."""
+
+    def __init__(self, tasks: Iterable[Task]) -> None:
+        self._tasks = list(tasks)
+
+    def take(self) -> Sequence[Task]:
+        tasks, self._tasks = self._tasks, []
+        return tasks
+
+    @property
+    def closed(self) -> bool:
+        return not self._tasks
+
+
+class State(Protocol):
+    """What the queue reads of a task's ledger state (the ledger's ``TaskState``)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def starts(self) -> int: ...
+
+    @property
+    def last(self) -> object: ...
+
+
+#: Whether a task's state says it is given up (its failures reached max_attempts): the
+#: ledger's rule, handed to the queue.
+GivenUp = Callable[[State], bool]
+#: Whether the run of a ``start`` row still runs (True, False, None: cannot tell).
+Alive = Callable[[Any], "bool | None"]
+
+
+class Picked(NamedTuple):
+    """One pick: the tasks claimed (with their attempt) and those dropped."""
+
+    claimed: list[tuple[Any, int]]
+    dropped: list[Any]
+
+
+def verdict(state: State | None, *, rerun: bool, given_up: GivenUp, alive: Alive) -> Verdict:
+    """Whether a task whose ledger state is ``state`` is to start here (``rerun``: its ``ok``
+    does not count); ``alive`` tells whether the run of a ``start`` row still runs."""
+    if state is None:
+        return "start"
+    if given_up(state):
+        return "given-up"
+    if state.state == "ok" and not rerun:
+        return "done"
+    if state.state == "running" and state.last is not None and alive(state.last):
+        return "elsewhere"
+    return "start"
+
+
+def _never_alive(row: Any) -> bool | None:
+    return None
+
+
+class TaskQueue(Generic[Task]):
+    """The tasks this run may start, in order, and the decisions about them."""
+
+    def __init__(
+        self,
+        source: TaskSource[Task],
+        *,
+        given_up: GivenUp,
+        rerun: bool = False,
+    ) -> None:
+        self.source = source
+        self.rerun = rerun
+        self._given_up = given_up
+        #: Every task the queue was given, number -> line: the rows the ledger folds.
+        self.keys: dict[int, str] = {}
+        self._pending: deque[Task] = deque()  # candidates, in order
+        self._unlearned: dict[int, Task] = {}  # got after the run began: history not read
+        self._ready: deque[tuple[Task, int]] = deque()  # claimed, not started
+        self._rerun_ok: set[int] = set()  # ok when learned, to run again once (rerun)
+        self.stopped = False
+        self.total = 0  # tasks learned that this run may start
+        self.skipped = 0  # learned ok: not to run
+        self.given_up: set[int] = set()  # failed max_attempts times: not to start
+        self.elsewhere = 0  # dropped at a pick: done or running in another run
+        # the rate tasks start at, since the last claim
+        self._since_claim = 0
+        self._claimed_at = 0.0
+        self._asked_at = 0.0
+        self._ran = False  # a task ran at all
+
+    @classmethod
+    def over(cls, tasks: deque[Task], *, given_up: GivenUp, rerun_ok: set[int]) -> TaskQueue[Task]:
+        """A queue whose candidates are ``tasks`` itself, already learned (picks take from
+        it, tasks given back return to it); ``rerun_ok``: those to run again though ok."""
+        q: TaskQueue[Task] = cls(ChunkSource(()), given_up=given_up)
+        q._pending = tasks
+        q._rerun_ok = rerun_ok
+        return q
+
+    # -- candidates ---------------------------------------------------------------------
+    def refill(self) -> int:
+        """Take the source's new tasks; they wait for :meth:`learn`. How many came."""
+        if self.stopped:
+            return 0
+        new = self.source.take()
+        for task in new:
+            if task.num not in self.keys:
+                self.keys[task.num] = task.line
+                self._unlearned[task.num] = task
+        return len(new)
+
+    @property
+    def unlearned(self) -> Mapping[int, str]:
+        """Tasks whose ledger history this run has not read yet (number -> line)."""
+        return {num: t.line for num, t in self._unlearned.items()}
+
+    def learn(self, states: Mapping[int, State]) -> None:
+        """The ledger's states now include the whole history of :attr:`unlearned`: those
+        that are ``ok`` (unless rerun) or given up are not candidates."""
+        for num, task in self._unlearned.items():
+            state = states.get(num)
+            if state is not None and self._given_up(state):
+                self.given_up.add(num)
+            elif state is not None and state.state == "ok" and not self.rerun:
+                self.skipped += 1
+            else:
+                if state is not None and state.state == "ok":
+                    self._rerun_ok.add(num)
+                self._pending.append(task)
+                self.total += 1
+        self._unlearned.clear()
+
+    # -- claiming -----------------------------------------------------------------------
+    def to_claim(self, free: int, window: float, now: float) -> int:
+        """How many tasks to claim now: ``free`` slots, and as many as will start within
+        twice the commit ``window`` at the rate tasks started since the last claim, less
+        those claimed and not started. 0 when there is nothing to claim."""
+        if self.stopped or not (self._pending or self._unlearned):
+            return 0
+        rate = self._since_claim / max(now - self._claimed_at, 1e-3)
+        ahead = math.ceil(rate * 2 * window) if self._ran else 0
+        self._asked_at = now
+        return max(max(free, 0) + ahead - len(self._ready), 0)
+
+    def claim_due(self, free: int, idle: bool) -> bool:
+        """Whether to claim now, commit or not: a task could start (a free slot, or nothing
+        runs at all) and none claimed waits."""
+        waiting = self._pending or self._unlearned
+        return bool(waiting) and not self._ready and not self.stopped and (free > 0 or idle)
+
+    def pick(
+        self,
+        n: int,
+        states: Mapping[int, State],
+        alive: Alive = _never_alive,
+    ) -> Picked:
+        """Up to ``n`` tasks from the front, by the ledger's ``states`` (under its lock),
+        each claimed one with its attempt number (the ledger records it as running)."""
+        claimed: list[tuple[Task, int]] = []
+        dropped: list[Task] = []
+        while self._pending and len(claimed) < n and not self.stopped:
+            task = self._pending.popleft()
+            state = states.get(task.num)
+            rerun = task.num in self._rerun_ok
+            what = verdict(state, rerun=rerun, given_up=self._given_up, alive=alive)
+            if what != "start":
+                if what == "given-up":
+                    self.given_up.add(task.num)
+                else:
+                    self.elsewhere += 1
+                dropped.append(task)
+                continue
+            self._rerun_ok.discard(task.num)  # run again once, not once per retry
+            claimed.append((task, (state.starts if state is not None else 0) + 1))
+        self._ready.extend(claimed)
+        self._since_claim = 0
+        self._claimed_at = self._asked_at
+        return Picked(claimed, dropped)
+
+    def unpick(self, picked: Picked) -> None:
+        """The claim was not written: its tasks are back where they were."""
+        for task, _ in reversed(picked.claimed):
+            self._ready.pop()
+            self._pending.appendleft(task)
+
+    # -- starting and ending --------------------------------------------------------------
+    def next(self) -> tuple[Task, int] | None:
+        """The next claimed task to start, and its attempt; None when none waits."""
+        if self.stopped or not self._ready:
+            return None
+        self._since_claim += 1
+        return self._ready.popleft()
+
+    def ran(self) -> None:
+        """A task really ran (its process started, or its call returned)."""
+        self._ran = True
+
+    @property
+    def has_run(self) -> bool:
+        """A task really ran in this run (see :meth:`ran`)."""
+        return self._ran
+
+    def retry(self, task: Task) -> None:
+        """A failed attempt to be tried again: first of the candidates."""
+        if not self.stopped:
+            self._pending.appendleft(task)
+
+    def stop(self) -> None:
+        """Claim nothing more (a stop signal, a halt, a ledger that cannot be written)."""
+        self.stopped = True
+        self._pending.clear()
+
+    def release(self) -> list[tuple[Task, int]]:
+        """The claimed tasks not started (after a stop), taken off the queue."""
+        ready = list(self._ready)
+        self._ready.clear()
+        return ready
+
+    # -- where it stands -----------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Candidates not claimed yet."""
+        return len(self._pending)
+
+    @property
+    def claimed(self) -> int:
+        """Tasks claimed and not started."""
+        return len(self._ready)
+
+    @property
+    def has_work(self) -> bool:
+        """Tasks wait to be claimed or started."""
+        return not self.stopped and bool(self._pending or self._unlearned or self._ready)
+
+    @property
+    def exhausted(self) -> bool:
+        """Nothing more to start: no candidate, none claimed, and no more will come."""
+        return (
+            not self._pending
+            and not self._ready
+            and not self._unlearned
+            and (self.stopped or self.source.closed)
+        )
