@@ -76,6 +76,14 @@ _LAZY = {
     "Attempt": "zotsink._run.report",
     "read_attempts": "zotsink._run.report",
     "rate_text": "zotsink._run.report",
+    "add_tasks": "zotsink._run.add",
+    "close_tasks": "zotsink._run.control",
+    "stop_runs": "zotsink._run.control",
+    "read_control": "zotsink._run.control",
+    "Control": "zotsink._run.control",
+    "read_runs": "zotsink._run.runs",
+    "LiveRuns": "zotsink._run.runs",
+    "RunInfo": "zotsink._run.runs",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -133,10 +141,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._pack.verify import ArchiveReport, verify_archive
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
+    from ._run.add import add_tasks
+    from ._run.control import Control, close_tasks, read_control, stop_runs
     from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
     from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
     from ._run.runner import RunReport, run_tasks, task_states
+    from ._run.runs import LiveRuns, RunInfo, read_runs
     from ._run.states import TaskState
     from ._run.status import (
         FailedTask,

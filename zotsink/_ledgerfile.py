@@ -3,7 +3,10 @@
 Each row is an event of one task: ``start`` when it starts, ``end`` when it ends, with the
 end's ``status`` (``ok``, ``failed``, ``killed``, ``timeout``, ``interrupted``). A ``run``
 row (task number 0, no key) records how a run was called: its settings, a JSON object of
-text values in ``note``. ``zotsink run`` writes the ledger (:mod:`zotsink._run.ledger`);
+text values in ``note``. Control rows, task number 0 too, say what the runs of the ledger
+are to do (:data:`CONTROL_EVENTS`: ``close``, ``open``, ``stop``; see
+:mod:`zotsink._run.control`); like a ``run`` row they are no task's history, and a reader
+that knows them not skips them. ``zotsink run`` writes the ledger (:mod:`zotsink._run.ledger`);
 this module is what every reader shares, as :mod:`zotsink._core.records` is for OUT: the
 columns, :class:`LedgerRow`, the one cutter of the ledger's bytes into rows with its
 torn-row rule (:func:`row_blocks`), :class:`LedgerScan` (a pass over a snapshot, with a
@@ -27,16 +30,21 @@ from ._core.stop import Stopper
 from .errors import InputError, UsageError, ZotsinkWarning
 
 __all__ = [
+    "CLOSE_EVENT",
+    "CONTROL_EVENTS",
     "END_STATES",
     "LATER_COLUMNS",
     "LEDGER_COLUMNS",
+    "OPEN_EVENT",
     "RUN_EVENT",
     "RUN_TASKNUM",
+    "STOP_EVENT",
     "AndRunRows",
     "Claims",
     "LedgerRow",
     "LedgerScan",
     "claims",
+    "ledger_time",
     "parse_row",
     "read_ledger",
     "row_blocks",
@@ -73,6 +81,12 @@ END_STATES: Final = ("ok", "failed", "killed", "timeout", "interrupted")
 #: The ``event`` of the row that records a run's settings, and its task number.
 RUN_EVENT: Final = "run"
 RUN_TASKNUM: Final = 0
+#: The ``event`` of the control rows (task number :data:`RUN_TASKNUM`): the task list is
+#: closed (no more lines will come), open again, and the runs live now are to stop.
+CLOSE_EVENT: Final = "close"
+OPEN_EVENT: Final = "open"
+STOP_EVENT: Final = "stop"
+CONTROL_EVENTS: Final = (CLOSE_EVENT, OPEN_EVENT, STOP_EVENT)
 
 
 class LedgerRow(NamedTuple):
@@ -438,6 +452,17 @@ def _alternation(words: Sequence[bytes]) -> bytes:
         return parts[0]
     group = b"(?:" + b"|".join(parts) + b")"
     return group + b"?" if optional else group
+
+
+def ledger_time(stamp: str) -> float | None:
+    """A ledger row's time as seconds since the epoch (None when it is not one)."""
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return None
+    return t.replace(tzinfo=timezone.utc).timestamp()
 
 
 def tasknum_of(line: bytes) -> int:

@@ -31,7 +31,7 @@ def test_shorthand_and_literal_subcommand_names(tmp_path: Path) -> None:
     assert r.returncode == 0 and (tmp_path / "o.txt").read_bytes() == b"a\nb\nc\n"
 
 
-@pytest.mark.parametrize("word", ["stop", "results", "Run2"])
+@pytest.mark.parametrize("word", ["cancel", "results", "Run2"])
 def test_a_first_word_that_is_no_command_nor_file_is_refused(tmp_path: Path, word: str) -> None:
     (tmp_path / "tasks.txt").write_text("a\n")
     r = run(word, "tasks.txt", "out.tsv", cwd=tmp_path)

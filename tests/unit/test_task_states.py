@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from zotsink._core.records import Encoder
 from zotsink._ledgerfile import END_STATES, LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
 from zotsink._run.alive import PROC_START, proc_start
+from zotsink._run.control import read_control
 from zotsink._run.ledger import Ledger
 from zotsink._run.states import (
     LedgerTally,
@@ -59,8 +60,11 @@ STATUSES = st.sampled_from([*END_STATES, "", "weird"])
 
 @st.composite
 def _rows(draw: st.DrawFn) -> list[Any]:
-    """One row: a task row (start, end, an unknown event), a run row, or a torn row."""
-    kind = draw(st.sampled_from(["start", "end", "end", "other", "run", "torn"]))
+    """One row: a task row (start, end, an unknown event), a run row, a control row
+    (close, open, stop), or a torn row."""
+    kind = draw(
+        st.sampled_from(["start", "end", "end", "other", "run", "close", "open", "stop", "torn"])
+    )
     num = draw(st.sampled_from([1, 2, 3, 4, 5]))  # 5 is no task of KEYS
     key = draw(st.sampled_from([KEYS.get(num, "five"), KEYS.get(num, "five"), OLD]))
     host, pid, note = draw(RUNS)
@@ -70,6 +74,9 @@ def _rows(draw: st.DrawFn) -> list[Any]:
         return ["start", time, str(num), key]
     if kind == "run":
         return ["run", time, "0", "", "", "", "", host, pid, "", "", "", "", "", "", "{}", "", ""]
+    if kind in ("close", "open", "stop"):  # what `zotsink close` and `stop` write
+        note = '{"lines": "4"}' if kind == "close" else ""
+        return [kind, time, "0", "", "", "", "", host, pid, "", "", "", "", "", "", note, "", ""]
     event = {"other": "pause"}.get(kind, kind)
     status = "" if kind == "start" else draw(STATUSES)
     offset = str(draw(st.integers(0, 999))) if kind == "end" else ""
@@ -161,7 +168,11 @@ def test_snapshot_incremental_and_tally_agree(
         assert sum(counts.values()) == len(KEYS)
         assert all(counts[s] == [w[0] for w in want.values()].count(s) for s in counts)
         incremental = _incremental(tmp_path / "inc", rows, min(cut, len(rows)), max_attempts, older)
+        control, _size = read_control(path)  # and the control rows are read by their fold
     assert incremental == want
+    switches = [r[0] for r in rows if len(r) == len(COLUMNS) and r[0] in ("close", "open")]
+    assert control.closed == (switches[-1:] == ["close"])
+    assert (control.stop_at >= 0) == any(r[0] == "stop" and len(r) > 4 for r in rows)
 
 
 def test_run_rows_hold_settings_not_task_states(tmp_path: Path) -> None:

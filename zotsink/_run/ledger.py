@@ -117,6 +117,11 @@ class Ledger:
         """The ``run`` row that records ``settings`` (see :data:`COMPARED_SETTINGS`)."""
         return self._row(RUN_EVENT, RUN_TASKNUM, "", "", {"note": settings_note(settings)})
 
+    def control_row(self, event: str, note: str = "") -> bytes:
+        """A control row (``close``, ``open``, ``stop``: task number 0, no key), stamped with
+        this process's job, host and pid; see :mod:`zotsink._run.control`."""
+        return self._row(event, RUN_TASKNUM, "", "", {"note": note})
+
     def _row(
         self, event: str, tasknum: int, key: str, attempt: int | str, fields: Mapping[str, Any]
     ) -> bytes:

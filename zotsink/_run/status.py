@@ -11,9 +11,11 @@ from typing import Any, NamedTuple
 from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
+from .._ledgerfile import ledger_time
 from ..errors import UsageError
 from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
 from .logline import log_lines
+from .runs import LiveRuns, read_runs
 from .settings import recorded_array
 from .states import FAILING, STATES, LedgerTally, TaskState
 from .tasks import Task, task_lines
@@ -52,6 +54,8 @@ class StatusReport(NamedTuple):
     median: float | None = None
     # what the scheduler left untold: "no answer in N s" (None: it answered, or none asked)
     scheduler: str | None = None
+    # the live runs, the task list closed or open, a stop (None: not read)
+    runs: LiveRuns | None = None
 
     @property
     def all_ok(self) -> bool:
@@ -77,8 +81,15 @@ class StatusReport(NamedTuple):
             "base": self.base,
             "max_attempts": self.max_attempts,
             "resubmit": self.resubmit(),
+            "to_run": self.to_run,
             "scheduler": self.scheduler,
+            "runs": None if self.runs is None else self.runs.to_dict(),
         }
+
+    @property
+    def to_run(self) -> int:
+        """How many tasks wait for a run: not ok, not given up, not running."""
+        return sum(n for state, n in self.counts.items() if state in _TO_RUN)
 
     def given_up(self) -> list[int]:
         """The tasks given up (see ``--max-attempts``)."""
@@ -87,28 +98,20 @@ class StatusReport(NamedTuple):
     def resubmit(self) -> str:
         """The array indices (in ``chunk`` and ``base``) whose chunk holds a task to run
         again: not ok, not given up, not running."""
-        again = frozenset(STATES) - {"ok", "given-up", "running"}
         return array_spec(
             chunk_of(n, self.chunk, self.base)
             for n in self.states
-            if _state(self.states, n) in again
+            if _state(self.states, n) in _TO_RUN
         )
+
+
+#: The states of a task that waits for a run (what ``status --waiting`` asks).
+_TO_RUN = frozenset(STATES) - {"ok", "given-up", "running"}
 
 
 def _state(states: Mapping[int, TaskState], num: int) -> str:
     # A tally answers without reading the task's last row again.
     return states.state(num) if isinstance(states, LedgerTally) else states[num].state
-
-
-def ledger_time(stamp: str) -> float | None:
-    """A ledger row's time as seconds since the epoch (None when it is not one)."""
-    from datetime import datetime, timezone
-
-    try:
-        t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
-    except ValueError:
-        return None
-    return t.replace(tzinfo=timezone.utc).timestamp()
 
 
 def task_status(
@@ -141,6 +144,7 @@ def task_status(
         waiting = tally.first_time is None or (
             counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
         )
+        runs = read_runs(ledger, lock=lock, timeout=timeout)
     start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
@@ -161,6 +165,7 @@ def task_status(
         max_attempts=tally.max_attempts,
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
+        runs=runs,
     )
 
 

@@ -35,6 +35,9 @@ COMMANDS: Final = {
     "pack": ("zotsink.cli.pack", "pack_cmd", "Append files as members of one shared tar."),
     "run": ("zotsink.cli.run", "run_cmd", "Run this array element's tasks; a locked ledger."),
     "status": ("zotsink.cli.status", "status_cmd", "Where the tasks stand, from the ledger."),
+    "add": ("zotsink.cli.add", "add_cmd", "Append task lines to a task list; print their numbers."),
+    "close": ("zotsink.cli.close", "close_cmd", "No more task lines will come: follow runs end."),
+    "stop": ("zotsink.cli.close", "stop_cmd", "Live runs finish their running tasks and exit."),
 }
 
 
@@ -84,8 +87,8 @@ def _refuse_typo(word: str) -> None:
     """A first word that is no command, has no extension and names no existing file is an
     error, not a file name.
 
-    ``zotsink stop tasks.txt out.tsv`` (a command a user might guess) would otherwise append
-    two records to a new file named ``stop`` and exit 0. Such a word is refused, with the
+    ``zotsink cancel tasks.txt out.tsv`` (a command a user might guess) would otherwise append
+    two records to a new file named ``cancel`` and exit 0. Such a word is refused, with the
     closest command when one is near (``verfy``); an existing file, a path (``dir/out``) and
     a name with an extension (``out.tsv``) are always taken as OUT, and ``zotsink append
     WORD`` names any file.

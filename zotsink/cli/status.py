@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .. import FailedTask, FailureGroup, StatusReport
+    from .. import FailedTask, FailureGroup, LiveRuns, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -74,6 +74,12 @@ if TYPE_CHECKING:
     help="A table of the attempts per host, array job or array element (JOB[INDEX]): "
     "attempts, ok, not ok, running, mean and longest seconds.",
 )
+@click.option(
+    "--waiting",
+    is_flag=True,
+    help="Print nothing; exit 0 when tasks wait for a run (not ok, not given up, not "
+    "running), 1 when none does: the test of a cron line that submits a runner.",
+)
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
@@ -103,6 +109,7 @@ def status_cmd(
     last: int,
     html_path: str | None,
     by: str | None,
+    waiting: bool,
     as_json: bool,
     watch: bool,
     interval: float,
@@ -120,7 +127,10 @@ def status_cmd(
     start and no end yet), lost (a start whose run process is gone), never (no
     row). With a chunked run's settings recorded in the ledger, the array indices
     to resubmit (in the recorded --chunk and --base, unless given).
-    Exit codes: 0 every task ok, 1 otherwise, 2 usage.
+    Also the live runs (host, job, pid, tasks done, rate), whether the task list
+    is closed (`zotsink close`), and a stop the runs are finishing (`zotsink stop`).
+    Exit codes: 0 every task ok, 1 otherwise, 2 usage; with --waiting 0 when
+    tasks wait for a run, 1 when none does.
     """
     from .. import task_status
 
@@ -146,6 +156,8 @@ def status_cmd(
         )
 
     report = read()
+    if waiting:
+        sys.exit(0 if report.to_run else 1)
     if watch:
         report = _watch(read, interval, report)
     listed: list[dict[str, Any]] | None = None
@@ -224,6 +236,8 @@ def status_lines(report: StatusReport) -> list[str]:
             f"scheduler: {report.scheduler}; its jobs count as still queued or running "
             "(their tasks as running)"
         )
+    if report.runs is not None:
+        lines += runs_lines(report.runs)
     if c["given-up"]:
         from .. import array_spec
 
@@ -237,6 +251,45 @@ def status_lines(report: StatusReport) -> list[str]:
                 f"to run again: array indices {spec} (--chunk {report.chunk} --base "
                 f"{report.base}); resubmit them when nothing runs"
             )
+    return lines
+
+
+#: Live runs named one by one; more are counted.
+RUNS_SHOWN: Final = 10
+
+
+def runs_lines(runs: LiveRuns) -> list[str]:
+    """The live runs, the task list closed or not, a stop being obeyed: in words."""
+    from .. import rate_text
+
+    ctl = runs.control
+    lines = []
+    if ctl.closed:
+        at = "" if ctl.closed_lines is None else f" at {ctl.closed_lines} lines"
+        lines.append(f"task list closed{at} ({ctl.closed_time}): no more lines will come")
+    elif runs.live or runs.stopping:
+        lines.append("task list open: runs that follow it wait for new lines")
+    if runs.stopping:
+        # a stop whose runs all ended is history: --json still has it
+        lines.append(
+            f"stop at {ctl.stop_time}: {counted(len(runs.stopping), 'run')} finishing "
+            "their tasks, then exiting; runs started since proceed"
+        )
+    if runs.live:
+        lines.append(f"{counted(len(runs.live), 'live run')}:")
+    for r in runs.live[:RUNS_SHOWN]:
+        where = f"{r.host} pid {r.pid}" + (f" job {r.job}" if r.job else "")
+        rate = r.rate
+        pace = f", {rate_text(rate)}" if rate else ""
+        stop = ", stopping" if r.stopping else ""
+        lines.append(f"  {where}: {r.ok} done, {r.running} running{pace}{stop}")
+    if len(runs.live) > RUNS_SHOWN:
+        lines.append(f"  ... and {len(runs.live) - RUNS_SHOWN} more (--json lists them)")
+    for r in runs.unknown[:RUNS_SHOWN]:
+        lines.append(
+            f"run {r.host} pid {r.pid} job {r.job or '-'}: {r.running} task(s) running, and "
+            "nothing here can tell whether it lives (ask its scheduler)"
+        )
     return lines
 
 

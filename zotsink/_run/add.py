@@ -1,0 +1,105 @@
+"""``zotsink add``: whole task lines appended to a task list while runs may be reading it.
+
+The lines go through the one locked append path (a :class:`~zotsink._core.writer.Writer`
+of the ``lines`` format, through an :class:`~zotsink._core.outlet.Outlet`), in one write
+under the task list's exclusive lock: producers adding at once never interleave, and a
+torn tail (a line without its newline) is ended first, as in any OUT. Under the same lock
+the lines already there are counted, so the task numbers returned are exact: task N is
+line N, 1-based, as :mod:`zotsink._run.tasks` numbers it.
+
+A line that could never be a task is refused before anything is written: a NUL byte, a
+newline inside, over :data:`~zotsink._core.records.MAX_LINE` (the rule ``append`` refuses
+by), and a line the task list would number but never run (blank, or a ``#`` comment).
+Nothing is ever spilled: lines that are not in the list have no task number, so a lock
+timeout raises and the producer adds them again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from .._core.fileio import pread_chunks
+from .._core.outlet import Outlet
+from .._core.records import Encoder
+from .._core.stop import Stopper
+from .._core.writer import Writer, seen_to
+from ..errors import RecordError
+
+__all__ = ["add_tasks", "count_lines"]
+
+
+def count_lines(fd: int, size: int) -> int:
+    """How many lines the first ``size`` bytes of the open file hold, numbered as
+    :func:`~zotsink._run.tasks.task_lines` numbers them: a last line without its newline
+    counts."""
+    count = 0
+    last = b"\n"
+    for chunk in pread_chunks(fd, size, 1 << 22):
+        count += chunk.count(b"\n")
+        last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _encode(lines: Iterable[str | bytes]) -> tuple[bytes, int]:
+    """The lines as one block, each checked: RecordError names the first refused one."""
+    enc = Encoder("lines")
+    parts: list[bytes] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            data = enc.encode(line)
+        except RecordError as e:
+            raise RecordError(
+                f"task line {n} of the input: {e.message}; nothing was added"
+            ) from None
+        text = data[:-1].strip()
+        if not text or text.startswith(b"#"):
+            what = "blank" if not text else "a comment (# ...)"
+            raise RecordError(
+                f"task line {n} of the input is {what}: a task list numbers such a line but "
+                "never runs it; leave it out (nothing was added)"
+            )
+        parts.append(data)
+    return b"".join(parts), len(parts)
+
+
+def add_tasks(
+    tasks: str | os.PathLike[str],
+    lines: Iterable[str | bytes],
+    *,
+    lock: str = "auto",
+    sync: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
+) -> range:
+    """Append ``lines`` to the task list ``tasks`` (created when missing) as whole lines, in
+    one write under its exclusive lock; the task numbers they got (empty when none given).
+    A line may end with its newline (the lines of a file read in binary: ``lines`` may be
+    the file itself); any other newline in it is refused.
+
+    Raises :class:`RecordError` for a line that cannot be a task (nothing written),
+    :class:`LockTimeout` when the lock did not come within ``timeout`` seconds, and
+    :class:`WriteError` on an I/O error; then nothing was added and no line is saved
+    elsewhere: add them again.
+    """
+    path = os.fspath(tasks)
+    data, count = _encode(lines)
+    if not count:
+        return range(1, 1)
+    before = [-1]
+
+    def numbered(fd: int, st: os.stat_result, block: bytes) -> bytes:
+        # under the lock: what is in the list now says where these lines begin
+        size = st.st_size
+        seen_to(fd, size)  # a network client may still read a cached, shorter file
+        before[0] = count_lines(fd, size)
+        return block
+
+    writer = Writer(path, lock=lock, sync=sync, prepare=numbered)
+    outlet = Outlet(writer, timeout=timeout, stopper=stopper)
+    try:
+        outlet.write_or_raise(data)
+    finally:
+        outlet.close()
+    first = before[0] + 1
+    return range(first, first + count)
