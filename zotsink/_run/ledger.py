@@ -20,6 +20,7 @@ from .._core.fileio import pread_chunks
 from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder
+from .._core.snapshot import snapshot
 from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
 from .._core.writer import Writer
@@ -36,7 +37,7 @@ from .._ledgerfile import (
 )
 from ..errors import UsageError
 from .alive import PROC_START, proc_start
-from .queue import Picked, TaskQueue
+from .queue import Picked, TaskQueue, closed_by
 from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
 
@@ -75,6 +76,10 @@ class Ledger:
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout
+        self._lock = lock
+        self._stopper = stopper
+        #: A task-0 ``close`` row was read: the task list is closed (see queue.closed_by).
+        self.list_closed = False
         # A side file: never through a link, only ever this user's (a ledger planted with
         # forged ok rows would make every task be skipped).
         self.writer = Writer(
@@ -254,6 +259,24 @@ class Ledger:
         for _n, _at, block in row_blocks(pread_chunks(fd, size, 1 << 20, start=self._seen)):
             self._fold(rows_in(block), news=True)
 
+    def look(self) -> Mapping[int, TaskState]:
+        """Fold the rows other runs appended since this run last looked, read from a
+        snapshot under a shared lock (a run waiting on others' tasks takes no exclusive
+        lock to look); the states of this run's tasks."""
+        fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
+        try:
+            if size > self._seen:
+                self._read_news(fd, size)
+                self._seen = size
+        finally:
+            os.close(fd)
+        return self._states
+
+    @property
+    def states(self) -> Mapping[int, TaskState]:
+        """The states of this run's tasks, as of its last look at the ledger."""
+        return self._states
+
     def _fold(self, rows: Iterable[bytes], *, news: bool) -> None:
         """Fold ledger rows into the states of this run's tasks; with ``news`` (rows other
         runs wrote) a ``run`` row of settings other than this run's is a conflict. Only the
@@ -266,6 +289,10 @@ class Ledger:
             num = tasknum_of(line)
             if num == RUN_TASKNUM and news and line.startswith(RUN_EVENT.encode() + b"\t"):
                 self._check_news_settings(line)
+                continue
+            if num == RUN_TASKNUM and not self.list_closed:
+                event = line.split(b"\t", 1)[0].decode("utf-8", "surrogateescape")
+                self.list_closed = closed_by([(event, num)])
                 continue
             key = keys.get(num)
             if key is None:

@@ -95,7 +95,7 @@ def given_up(state: TaskState, max_attempts: int | None) -> bool:
 
 def start_alive(row: LedgerRow, here: str) -> bool | None:
     """Whether the run process of a ``start`` row still runs (see :func:`.alive.run_alive`)."""
-    return run_alive(row.host, row.pid, row.note, row.job, here)
+    return run_alive(row.host, row.pid, row.note, row.job, here, row.array_task)
 
 
 def settle(state: TaskState, here: str, max_attempts: int | None) -> TaskState:
