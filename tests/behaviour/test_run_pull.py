@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +101,7 @@ def test_pull_runs_together_with_array_indices_share_the_whole_list(d: Path, pro
     (d / "tasks.txt").write_text("".join(f"{i}\n" for i in items))
     procs += [start(d, "--pull", "--jobs", "2", index=i) for i in (1, 2, 3)]
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        _out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert "60 tasks:" in err
     assert sorted(committed(d)) == sorted(items)  # each task once, the index ignored
