@@ -190,8 +190,11 @@ def test_the_ledger_reads_a_late_tasks_history_before_the_pick(tmp_path: Path) -
     other = Ledger(path, env={})
     other.append([other.end_row(3, "line 3", 1, status="failed")])
     other.close()
-    # task 2 is not run again; task 3 gets attempt 2, not 1
-    assert book.claim(q, 2, []) == ([(T[2], 2)], [T[1]])
+    # task 2 is not run again; task 3 gets attempt 2, not 1. The claim that wrote nothing
+    # looked up to the end of the rows it read: they are history to learn, not news again
+    assert book.claim(q, 2, []) == ([(T[2], 2)], [])
+    assert q.skipped == 1
+    assert book.states[1].starts == 1  # this run's own start row, folded once
     book.close()
 
 

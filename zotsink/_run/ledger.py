@@ -100,6 +100,7 @@ class Ledger:
         self._want: tuple[TaskQueue[Any], int, Mapping[int, str]] | None = None
         self._picked = Picked([], [])
         self._claimed_bytes = 0
+        self._news_end = 0  # where the claim's look at the news ended
         # This run's settings, the row that records them when the ledger's differ or are
         # none (written with the first claim), and the tasks given up under the lock.
         self._settings: Mapping[str, str] | None = None
@@ -200,6 +201,8 @@ class Ledger:
             late = queue.unlearned
         self._want = (queue, want, late)
         self._picked = Picked([], [])
+        self._claimed_bytes = 0
+        self._news_end = self._seen
         try:
             self.outlet.write_or_raise(b"".join(ends))
         except BaseException:
@@ -216,7 +219,10 @@ class Ledger:
         self._settings = None
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
-        self._seen = self.writer.last_at + self._claimed_bytes
+        # (nothing written: the news were read up to the size the hook saw)
+        self._seen = (
+            self.writer.last_at + self._claimed_bytes if self._claimed_bytes else self._news_end
+        )
         return self._picked.claimed, self._picked.dropped
 
     def gives_up(self, state: TaskState) -> bool:
@@ -235,6 +241,7 @@ class Ledger:
             self._learn(fd, late)
             queue.learn(self._states)
         self._read_news(fd, st.st_size)
+        self._news_end = max(self._news_end, st.st_size)
         # this run's own end rows, about to be written: its failures count too
         for _n, _at, block in row_blocks((data,)):
             self._fold(rows_in(block), news=False)
@@ -263,6 +270,8 @@ class Ledger:
         """Fold the rows other runs appended since this run last looked, read from a
         snapshot under a shared lock (a run waiting on others' tasks takes no exclusive
         lock to look); the states of this run's tasks."""
+        if self._seen == 0 and not os.path.exists(self.path):
+            return self._states  # no run wrote a row yet
         fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
         try:
             if size > self._seen:
