@@ -13,9 +13,9 @@ import pytest
 
 from zotsink._ledgerfile import LedgerRow
 from zotsink._run.ledger import Ledger
-from zotsink._run.queue import ChunkSource, TaskQueue, verdict
+from zotsink._run.queue import ChunkSource, FollowSource, PullSource, TaskQueue, closed_by, verdict
 from zotsink._run.states import TaskState, given_up, read_begin
-from zotsink._run.tasks import Task
+from zotsink._run.tasks import Task, task_of
 
 T = [Task(n, f"line {n}") for n in range(1, 8)]
 
@@ -204,3 +204,69 @@ def test_every_source_hands_its_tasks_over_once(source: ChunkSource[Task]) -> No
     assert q.refill() == 3 and q.refill() == 0
     q.learn({})
     assert [t.num for t, _ in q.pick(5, {}).claimed] == [1, 2, 3]
+
+
+def test_a_pull_source_reads_the_list_once() -> None:
+    reads: list[int] = []
+
+    def read() -> list[Task]:
+        reads.append(1)
+        return T[:3]
+
+    source: PullSource[Task] = PullSource(read)
+    assert not source.closed
+    assert list(source.take()) == T[:3]
+    assert source.closed and list(source.take()) == [] and len(reads) == 1
+
+
+def test_a_follow_source_takes_whole_new_lines_by_offset() -> None:
+    data = bytearray(b"a\n\n# c\nb")
+    asked: list[int] = []
+
+    def tail(at: int) -> bytes:
+        asked.append(at)
+        return bytes(data[at:])
+
+    source: FollowSource[Task] = FollowSource(tail, task_of)
+    assert list(source.take()) == [Task(1, "a")]  # "b" has no newline yet: it waits
+    data += b"\nd\r\n"
+    assert list(source.take()) == [Task(4, "b"), Task(5, "d")]
+    assert list(source.take()) == []
+    assert asked == [0, 7, 12]
+    assert not source.closed
+    source.close()
+    assert source.closed
+
+
+def test_closed_by_reads_task_0_close_rows() -> None:
+    assert closed_by([("run", 0), ("close", 0)])
+    assert not closed_by([("run", 0), ("close", 3), ("start", 0)])
+
+
+def test_take_over_keeps_unknown_runs_tasks_and_takes_dead_ones() -> None:
+    states = {1: state(1, "running"), 2: state(2, "running"), 3: state(3, "running")}
+    q = queue(T[:4], states, take_over=True)
+    # an unknown (None) run keeps its task, as a live one does: watched, not started
+    live = {1: True, 2: None, 3: True}
+    picked = q.pick(10, states, lambda r: live[r.tasknum])
+    assert [t.num for t, _ in picked.claimed] == [4]
+    assert sorted(q.watched) == [1, 2, 3]
+    for task, attempt in picked.claimed:
+        states[task.num] = TaskState(task.num, "running", attempt, None, 0)
+    q.next()
+    assert q.waits_on_others and not q.exhausted
+    # 1's run died, 2's cannot be told of, 3 ended ok
+    states[3] = state(3, "ok")
+    assert q.recheck(states, lambda r: {1: False, 2: None}[r.tasknum]) == 1
+    assert q.unknown == {2} and q.watched == {} and q.taken_over == 1
+    assert claimed(q, 5, states) == ([(1, 2)], [])
+    assert not q.waits_on_others
+
+
+def test_a_deadline_leaves_tasks_to_other_runs() -> None:
+    q = queue(T[:3], {})
+    q.deadline, q.task_time = 10.0, 4.0
+    assert q.to_claim(1, 0.25, now=5.0) == 1
+    assert q.to_claim(1, 0.25, now=6.5) == 0  # would end at 10.5
+    assert q.out_of_time and q.exhausted and not q.has_work
+    assert not q.claim_due(1, True)
