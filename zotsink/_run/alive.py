@@ -67,9 +67,24 @@ def run_mark(pid: int | str, started: str) -> str:
     return f"{pid}:{started}"
 
 
+#: Seconds a look for a gone run's survivors serves (one look at the pid table, not one
+#: per task of the run).
+SURVIVORS_TTL: Final = 1.0
+_survivors: dict[str, tuple[bool, float]] = {}
+
+
 def survivors(mark: str) -> bool:
     """Whether a process of this user on this host carries ``mark`` (:func:`run_mark`) in
     its environment: a task (or a process a task started) of a run that is gone."""
+    known = _survivors.get(mark)
+    if known is not None and time.monotonic() - known[1] < SURVIVORS_TTL:
+        return known[0]
+    found = _look_for(mark)
+    _survivors[mark] = found, time.monotonic()
+    return found
+
+
+def _look_for(mark: str) -> bool:
     want = f"{RUN_VAR}={mark}".encode()
     try:
         pids = [name for name in os.listdir("/proc") if name.isdigit()]

@@ -35,6 +35,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Generic, Literal, NamedTuple, Protocol, TypeVar
 
+from .._core.fileio import line_blocks
+
 __all__ = [
     "Candidate",
     "ChunkSource",
@@ -130,17 +132,16 @@ class FollowSource(Generic[Task]):
         self._closed = False
 
     def take(self) -> Sequence[Task]:
-        data = self._read_tail(self._offset)
-        end = data.rfind(b"\n") + 1  # whole lines only
-        if end == 0:
-            return ()
-        self._offset += end
         tasks: list[Task] = []
-        for raw in data[:end].split(b"\n")[:-1]:
-            self._lines += 1
-            task = self._make(self._lines, raw)
-            if task is not None:
-                tasks.append(task)
+        for lines, whole in line_blocks((self._read_tail(self._offset),)):
+            if not whole:
+                break  # a last line without its newline is being written: it waits
+            for raw in lines:
+                self._offset += len(raw) + 1
+                self._lines += 1
+                task = self._make(self._lines, raw)
+                if task is not None:
+                    tasks.append(task)
         return tasks
 
     def close(self) -> None:

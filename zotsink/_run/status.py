@@ -52,6 +52,16 @@ class StatusReport(NamedTuple):
     median: float | None = None
     # what the scheduler left untold: "no answer in N s" (None: it answered, or none asked)
     scheduler: str | None = None
+    # a --pull ledger: tasks are left, not chunks; runs that started tasks so far
+    pull: bool = False
+    runs: int = 0
+    # running tasks whose run's life nothing here can tell (another host, no scheduler)
+    unknown: frozenset[int] = frozenset()
+
+    def left(self) -> int:
+        """Tasks to run again: not ok, not given up, not running."""
+        again = frozenset(STATES) - {"ok", "given-up", "running"}
+        return sum(1 for n in self.states if _state(self.states, n) in again)
 
     @property
     def all_ok(self) -> bool:
@@ -78,6 +88,9 @@ class StatusReport(NamedTuple):
             "max_attempts": self.max_attempts,
             "resubmit": self.resubmit(),
             "scheduler": self.scheduler,
+            "pull": self.pull,
+            "left": self.left(),
+            "unknown": array_spec(self.unknown),
         }
 
     def given_up(self) -> list[int]:
@@ -169,6 +182,9 @@ def task_status(
         max_attempts=tally.max_attempts,
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
+        pull=bool((tally.settings or {}).get("pull")),
+        runs=tally.runs,
+        unknown=tally.unknown,
     )
 
 
@@ -202,6 +218,7 @@ class LedgerMissing(NamedTuple):
     chunk: int  # given, else recorded
     base: int
     max_attempts: int | None
+    pull: bool = False  # a --pull ledger: ``specs`` is the elements to submit, 1-N
 
 
 def ledger_missing(
@@ -240,8 +257,14 @@ def ledger_missing(
     chunk, base = recorded_array(found.settings, chunk, base, path=path)
     picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
-    chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
-    specs = split_spec(chunks, base, max_array)
+    pull = bool((found.settings or {}).get("pull"))
+    if pull:
+        # any element takes any task: as many as ran before, never more than tasks left
+        n = min(len(picked), max(found.runs, 1), max_array - 1 if max_array else len(picked))
+        specs = [("1" if n == 1 else f"1-{n}", 1)] if n > 0 else []
+    else:
+        chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
+        specs = split_spec(chunks, base, max_array)
     return LedgerMissing(
         tasks=picked,
         specs=specs,
@@ -249,6 +272,7 @@ def ledger_missing(
         chunk=chunk,
         base=base,
         max_attempts=found.max_attempts,
+        pull=pull,
     )
 
 
