@@ -296,3 +296,47 @@ def test_pull_refuses_an_index_and_idle_without_follow(d: Path) -> None:
             timeout=60,
         )
         assert r.returncode == 2, (extra, r.stderr)
+
+
+def test_status_and_missing_of_a_pull_ledger_speak_of_tasks_left(d: Path) -> None:
+    (d / "tasks.txt").write_text("".join(f"t{n}\n" for n in range(1, 7)))
+    r = subprocess.run(
+        [
+            *ZOTSINK,
+            "run",
+            "tasks.txt",
+            "out.txt",
+            "--pull",
+            "--",
+            "sh",
+            "-c",
+            'case "$0" in t[12]) echo "$0";; *) exit 1;; esac',
+        ],
+        cwd=d,
+        env=env({"SLURM_ARRAY_TASK_ID": "9"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1, r.stderr
+    status = subprocess.run(
+        [*ZOTSINK, "status", "tasks.txt", "out.txt"],
+        cwd=d,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "to run again: 4 tasks left; submit up to 1 more elements" in status.stderr
+    assert "array indices" not in status.stderr
+    missing = subprocess.run(
+        [*ZOTSINK, "missing", "tasks.txt", "--ledger", "out.txt.ledger", "--array"],
+        cwd=d,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 0, missing.stderr
+    assert missing.stdout == "1\n"
+    assert "4 tasks left of a --pull run" in missing.stderr
