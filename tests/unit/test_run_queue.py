@@ -258,8 +258,9 @@ def test_take_over_keeps_unknown_runs_tasks_and_takes_dead_ones() -> None:
     # 1's run died, 2's cannot be told of, 3 ended ok
     states[3] = state(3, "ok")
     assert q.recheck(states, lambda r: {1: False, 2: None}[r.tasknum]) == 1
-    assert q.unknown == {2} and q.watched == {} and q.taken_over == 1
+    assert q.unknown == {2} and q.watched == {}
     assert claimed(q, 5, states) == ([(1, 2)], [])
+    assert q.taken_over == 1
     assert not q.waits_on_others
 
 
@@ -270,3 +271,14 @@ def test_a_deadline_leaves_tasks_to_other_runs() -> None:
     assert q.to_claim(1, 0.25, now=6.5) == 0  # would end at 10.5
     assert q.out_of_time and q.exhausted and not q.has_work
     assert not q.claim_due(1, True)
+
+
+def test_a_dead_runs_task_another_run_took_first_is_watched_again() -> None:
+    states = {1: state(1, "running")}
+    q = queue(T[:1], states, take_over=True)
+    assert claimed(q, 1, states) == ([], [])
+    assert q.recheck(states, lambda r: False) == 1
+    # another pull run took it over first: its new start row is not the one found dead
+    states[1] = TaskState(1, "running", 2, row(1, host="other"), 0)
+    assert claimed(q, 1, states) == ([], [])
+    assert sorted(q.watched) == [1] and q.taken_over == 0

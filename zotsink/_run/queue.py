@@ -21,9 +21,11 @@ feeding it events and looking at what it picks.
 - A retry goes to the front; a stop claims nothing more (:meth:`stop`) and gives back the
   claimed tasks not started (:meth:`release`), for their ``interrupted`` rows.
 - A queue that takes over (``take_over``: a ``--pull`` run) keeps the tasks it found running
-  in other runs (:attr:`watched`): a run whose liveness nobody can tell keeps its task, and
-  a task whose run is known dead goes back to the candidates (:meth:`recheck`), so that a
-  pull run finishes what a dead run left.
+  in other runs (:attr:`watched`) without asking whether those runs live (no scheduler is
+  asked under the ledger's lock); once its own candidates are gone it is asked
+  (:meth:`recheck`, outside the lock): a task whose run is known dead goes back to the
+  candidates, and is claimed if its start row is still the latest; a run whose liveness
+  nobody can tell keeps its task.
 - With a ``deadline`` a task expected to end after it is not claimed (:meth:`out_of_time`):
   another run will take it.
 """
@@ -225,7 +227,8 @@ class TaskQueue(Generic[Task]):
         #: Tasks found running in another run (take_over): number -> task.
         self.watched: dict[int, Task] = {}
         self.unknown: set[int] = set()  # left with a run whose liveness nobody can tell
-        self.taken_over = 0  # tasks of dead runs put back to be run here
+        self.taken_over = 0  # tasks of dead runs claimed here
+        self._dead: dict[int, Any] = {}  # number -> the start row of a run found dead
         #: Claim no task expected to end after this (monotonic seconds; None: no end), at
         #: the time a task is expected to take.
         self.deadline: float | None = None
@@ -327,8 +330,9 @@ class TaskQueue(Generic[Task]):
         if self.take_over:
 
             def live(row: Any) -> bool | None:
-                # a run nobody can tell is dead keeps its task: it may be running it now
-                return alive(row) is not False
+                # Nobody is asked under the lock: a running task is its run's, unless
+                # recheck() found that run dead (and no other run started it since)
+                return self._dead.get(row.tasknum) != row
 
         while self._pending and len(claimed) < n and not self.stopped:
             task = self._pending.popleft()
@@ -345,6 +349,8 @@ class TaskQueue(Generic[Task]):
                 dropped.append(task)
                 continue
             self._rerun_ok.discard(task.num)  # run again once, not once per retry
+            if self._dead.pop(task.num, None) is not None:
+                self.taken_over += 1
             claimed.append((task, (state.starts if state is not None else 0) + 1))
         self._ready.extend(claimed)
         self._since_claim = 0
@@ -367,8 +373,8 @@ class TaskQueue(Generic[Task]):
                 if live is None:
                     self.unknown.add(num)
                     continue
+                self._dead[num] = state.last
                 self._pending.append(task)
-                self.taken_over += 1
                 back += 1
             else:
                 del self.watched[num]
