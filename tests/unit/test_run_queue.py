@@ -276,9 +276,9 @@ def test_a_deadline_leaves_tasks_to_other_runs() -> None:
 def test_a_dead_runs_task_another_run_took_first_is_watched_again() -> None:
     states = {1: state(1, "running")}
     q = queue(T[:1], states, take_over=True)
-    assert claimed(q, 1, states) == ([], [])
+    assert claimed(q, 1, states) == ([], [1])
     assert q.recheck(states, lambda r: False) == 1
     # another pull run took it over first: its new start row is not the one found dead
     states[1] = TaskState(1, "running", 2, row(1, host="other"), 0)
-    assert claimed(q, 1, states) == ([], [])
+    assert claimed(q, 1, states) == ([], [1])
     assert sorted(q.watched) == [1] and q.taken_over == 0
