@@ -260,7 +260,9 @@ def ledger_missing(
     pull = bool((found.settings or {}).get("pull"))
     if pull:
         # any element takes any task: as many as ran before, never more than tasks left
-        n = min(len(picked), max(found.runs, 1), max_array - 1 if max_array else len(picked))
+        n = min(
+            len(picked), max(found.runs, 1), max(max_array - 1, 1) if max_array else len(picked)
+        )
         specs = [("1" if n == 1 else f"1-{n}", 1)] if n > 0 else []
     else:
         chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
