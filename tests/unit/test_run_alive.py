@@ -66,3 +66,18 @@ def test_a_gone_run_lives_while_a_process_it_started_does(tmp_path: Path) -> Non
     alive._survivors.clear()
     assert alive.process_alive("999999999", alive.PROC_START + "12345") is False
     assert alive.process_alive("999999999", "") is False  # no start time: no mark to find
+
+
+def test_the_jobs_end_comes_from_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "squeue"
+    script.write_text('#!/bin/sh\n[ "$3" = 42 ] && echo 2030-01-02T03:04:05 || echo N/A\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    from datetime import datetime
+
+    want = datetime(2030, 1, 2, 3, 4, 5).timestamp()  # local time, as squeue prints it
+    assert alive.job_end({"SLURM_JOB_ID": "42"}) == want
+    assert alive.job_end({"SLURM_JOB_ID": "43"}) is None  # no limit known
+    assert alive.job_end({}) is None
