@@ -77,8 +77,8 @@ _LAZY = {
     "read_attempts": "zotsink._run.report",
     "rate_text": "zotsink._run.report",
     "add_tasks": "zotsink._run.add",
-    "close_tasks": "zotsink._run.control",
-    "stop_runs": "zotsink._run.control",
+    "close_tasks": "zotsink._run.close",
+    "stop_runs": "zotsink._run.close",
     "read_control": "zotsink._run.control",
     "Control": "zotsink._run.control",
     "read_runs": "zotsink._run.runs",
@@ -142,7 +142,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.add import add_tasks
-    from ._run.control import Control, close_tasks, read_control, stop_runs
+    from ._run.close import close_tasks, stop_runs
+    from ._run.control import Control, read_control
     from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
     from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page

@@ -11,14 +11,8 @@ import pytest
 
 from zotsink import UsageError, verify
 from zotsink._ledgerfile import claims, read_ledger
-from zotsink._run.control import (
-    Control,
-    close_tasks,
-    control_event,
-    fold_rows,
-    read_control,
-    stop_runs,
-)
+from zotsink._run.close import close_tasks, stop_runs
+from zotsink._run.control import Control, control_event, fold_rows, read_control
 from zotsink._run.ledger import Ledger
 from zotsink._run.report import read_attempts
 from zotsink._run.runs import read_runs
@@ -137,11 +131,33 @@ def test_control_rows_are_no_task_failure_or_unknown_row_anywhere(tmp_path: Path
     begun = read_begin(ledger, {2: "b"})
     run.begin({2: "b"}, begun[0], begun[1], rerun=False)
     extra = Ledger(ledger, env={})
-    extra.append([extra.control_row("close", '{"lines": "2"}'), extra.control_row("stop")])
+    extra.append([extra.control_row("close", '{"lines": "2"}')])
     extra.close()
     picked, dropped = run.claim(deque([Task(2, "b")]), 1, [])
     run.close()
     assert [(t.num, a) for t, a in picked] == [(2, 1)] and dropped == []
+    assert run.control.closed and run.control.closed_lines == 2 and not run.stopped
+
+
+def test_a_stop_row_after_a_run_began_stops_its_claims_not_a_later_runs(tmp_path: Path) -> None:
+    ledger = tmp_path / "out.tsv.ledger"
+    early = Ledger(ledger, env={})
+    early.begin({1: "a", 2: "b"}, *read_begin(ledger, {1: "a", 2: "b"})[:2], rerun=False)
+    picked, _ = early.claim(deque([Task(1, "a")]), 1, [])
+    assert [t.num for t, _ in picked] == [1]
+    stopper = Ledger(ledger, env={})
+    stopper.append([stopper.control_row("stop")])
+    stopper.close()
+    picked, _ = early.claim(deque([Task(2, "b")]), 1, [])  # reads the stop as news
+    early.close()
+    assert picked == [] and early.stopped
+    late = Ledger(ledger, env={})  # begun after the stop: it proceeds
+    begun = read_begin(ledger, {2: "b"})
+    control, _size = read_control(ledger)
+    late.begin({2: "b"}, begun[0], begun[1], rerun=False, control=control)
+    picked, _ = late.claim(deque([Task(2, "b")]), 1, [])
+    late.close()
+    assert [t.num for t, _ in picked] == [2] and not late.stopped
 
 
 def test_read_runs_of_a_ledger_with_no_run(tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from zotsink._ledgerfile import LedgerRow
 from zotsink._run.ledger import Ledger
-from zotsink._run.queue import ChunkSource, TaskQueue, verdict
+from zotsink._run.queue import ChunkSource, FollowSource, PullSource, TaskQueue, verdict
 from zotsink._run.states import TaskState, given_up, read_begin
-from zotsink._run.tasks import Task
+from zotsink._run.tasks import Task, task_of
 
 T = [Task(n, f"line {n}") for n in range(1, 8)]
 
@@ -190,8 +190,11 @@ def test_the_ledger_reads_a_late_tasks_history_before_the_pick(tmp_path: Path) -
     other = Ledger(path, env={})
     other.append([other.end_row(3, "line 3", 1, status="failed")])
     other.close()
-    # task 2 is not run again; task 3 gets attempt 2, not 1
-    assert book.claim(q, 2, []) == ([(T[2], 2)], [T[1]])
+    # task 2 is not run again; task 3 gets attempt 2, not 1. The claim that wrote nothing
+    # looked up to the end of the rows it read: they are history to learn, not news again
+    assert book.claim(q, 2, []) == ([(T[2], 2)], [])
+    assert q.skipped == 1
+    assert book.states[1].starts == 1  # this run's own start row, folded once
     book.close()
 
 
@@ -201,3 +204,89 @@ def test_every_source_hands_its_tasks_over_once(source: ChunkSource[Task]) -> No
     assert q.refill() == 3 and q.refill() == 0
     q.learn({})
     assert [t.num for t, _ in q.pick(5, {}).claimed] == [1, 2, 3]
+
+
+def test_a_pull_source_reads_the_list_once() -> None:
+    reads: list[int] = []
+
+    def read() -> list[Task]:
+        reads.append(1)
+        return T[:3]
+
+    source: PullSource[Task] = PullSource(read)
+    assert not source.closed
+    assert list(source.take()) == T[:3]
+    assert source.closed and list(source.take()) == [] and len(reads) == 1
+
+
+def test_a_follow_source_takes_whole_new_lines_by_offset() -> None:
+    data = bytearray(b"a\n\n# c\nb")
+    asked: list[int] = []
+
+    def tail(at: int) -> bytes:
+        asked.append(at)
+        return bytes(data[at:])
+
+    source: FollowSource[Task] = FollowSource(tail, task_of)
+    assert list(source.take()) == [Task(1, "a")]  # "b" has no newline yet: it waits
+    data += b"\nd\r\n"
+    assert list(source.take()) == [Task(4, "b"), Task(5, "d")]
+    assert list(source.take()) == []
+    assert asked == [0, 7, 12]
+    assert not source.closed
+    source.close()
+    assert source.closed
+
+
+def test_a_follow_source_closed_at_n_lines_takes_them_all_first() -> None:
+    """A close row records how many lines the list had: a node that sees the last lines
+    late still takes them before the source counts as closed."""
+    data = bytearray(b"a\n")
+    source: FollowSource[Task] = FollowSource(lambda at: bytes(data[at:]), task_of)
+    assert list(source.take()) == [Task(1, "a")]
+    source.close(3)  # closed when the list had 3 lines; this node has seen 1
+    assert not source.closed
+    data += b"b\nc\n"
+    assert list(source.take()) == [Task(2, "b"), Task(3, "c")]
+    assert source.closed
+
+
+def test_take_over_keeps_unknown_runs_tasks_and_takes_dead_ones() -> None:
+    states = {1: state(1, "running"), 2: state(2, "running"), 3: state(3, "running")}
+    q = queue(T[:4], states, take_over=True)
+    # an unknown (None) run keeps its task, as a live one does: watched, not started
+    live = {1: True, 2: None, 3: True}
+    picked = q.pick(10, states, lambda r: live[r.tasknum])
+    assert [t.num for t, _ in picked.claimed] == [4]
+    assert sorted(q.watched) == [1, 2, 3]
+    for task, attempt in picked.claimed:
+        states[task.num] = TaskState(task.num, "running", attempt, None, 0)
+    q.next()
+    assert q.waits_on_others and not q.exhausted
+    # 1's run died, 2's cannot be told of, 3 ended ok
+    states[3] = state(3, "ok")
+    assert q.recheck(states, lambda r: {1: False, 2: None}[r.tasknum]) == 1
+    assert q.unknown == {2} and q.watched == {}
+    assert claimed(q, 5, states) == ([(1, 2)], [])
+    assert q.taken_over == 1
+    assert not q.waits_on_others
+
+
+def test_a_deadline_leaves_tasks_to_other_runs() -> None:
+    q = queue(T[:3], {})
+    q.deadline, q.task_time = 10.0, 4.0
+    assert q.to_claim(1, 0.25, now=5.0) == 1
+    assert q.to_claim(1, 0.25, now=6.5) == 0  # would end at 10.5
+    assert q.out_of_time and q.exhausted and not q.has_work
+    assert not q.claim_due(1, True)
+
+
+def test_a_dead_runs_task_another_run_took_first_is_watched_again() -> None:
+    states = {1: state(1, "running")}
+    q = queue(T[:1], states, take_over=True)
+    assert claimed(q, 1, states) == ([], [1])
+    assert q.recheck(states, lambda r: False) == 1
+    # another pull run took it over first: its new start row is not the one found dead
+    states[1] = TaskState(1, "running", 2, row(1, host="other"), 0)
+    assert claimed(q, 1, states) == ([], [1])
+    assert sorted(q.watched) == [1] and q.taken_over == 0

@@ -17,8 +17,8 @@ under its lock, fsynced.
   there when it began, and it proceeds.
 
 :class:`Control` is the decision, folded from rows a run already reads (pure, tested by
-feeding it rows); :func:`read_control` folds a snapshot's (``status``), and
-:func:`close_tasks` / :func:`stop_runs` write the rows.
+feeding it rows): the ledger folds those a run reads, :func:`read_control` a snapshot's
+(``status``); :mod:`zotsink._run.close` writes them (``close_tasks``, ``stop_runs``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import os
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from .._core.snapshot import snapshot
 from .._ledgerfile import (
     CLOSE_EVENT,
     CONTROL_EVENTS,
@@ -38,11 +37,8 @@ from .._ledgerfile import (
     LedgerScan,
     parse_row,
 )
-from ..errors import InputError, UsageError
-from .add import count_lines
-from .ledger import Ledger
 
-__all__ = ["Control", "close_tasks", "control_event", "read_control", "stop_runs"]
+__all__ = ["Control", "control_event", "fold_rows", "read_control"]
 
 
 def control_event(line: bytes) -> str | None:
@@ -133,76 +129,3 @@ def read_control(
         return state, scan.size
     finally:
         scan.close()
-
-
-def _task_list_lines(tasks: str, lock: str, timeout: float) -> int:
-    """How many lines the task list has, read under its shared lock (``add`` appends under
-    the exclusive one)."""
-    if not os.path.isfile(tasks):
-        what = "is not a file" if os.path.lexists(tasks) else "does not exist"
-        raise InputError(f"task list {tasks} {what}", path=tasks)
-    fd, size = snapshot(tasks, lock=lock, timeout=timeout)
-    try:
-        return count_lines(fd, size)
-    finally:
-        os.close(fd)
-
-
-def _append(row: bytes, book: Ledger) -> None:
-    try:
-        book.append([row], spill=False)
-    finally:
-        book.close()
-
-
-def close_tasks(
-    tasks: str | os.PathLike[str],
-    ledger: str | os.PathLike[str],
-    *,
-    reopen: bool = False,
-    lock: str = "auto",
-    timeout: float = 600.0,
-) -> tuple[Control, bool]:
-    """Record in ``ledger`` that the task list ``tasks`` is closed (no more lines will come;
-    follow runs end once every task is done), or with ``reopen`` open again. Creates the
-    ledger when no run has yet. Returns the state now, and whether a row was written: a
-    list closed already at the same number of lines (or open already) gets none."""
-    path, tasks_path = os.fspath(ledger), os.fspath(tasks)
-    lines = _task_list_lines(tasks_path, lock, timeout)
-    state, _size = read_control(path, lock=lock, timeout=timeout)
-    if reopen and not state.closed:
-        return state, False
-    if not reopen and state.closed and state.closed_lines == lines:
-        return state, False
-    book = Ledger(path, lock=lock, timeout=timeout)
-    if reopen:
-        row = book.control_row(OPEN_EVENT)
-    else:
-        row = book.control_row(CLOSE_EVENT, json.dumps({"lines": str(lines)}))
-    _append(row, book)
-    state, _size = read_control(path, lock=lock, timeout=timeout)
-    return state, True
-
-
-def stop_runs(
-    tasks: str | os.PathLike[str],
-    ledger: str | os.PathLike[str],
-    *,
-    lock: str = "auto",
-    timeout: float = 600.0,
-) -> Control:
-    """Record in ``ledger`` that the runs live now are to stop: each finishes the tasks it
-    is running, claims nothing more and exits; a run started after this proceeds. Each
-    call writes a row (a second stop reaches the runs begun since the first)."""
-    path, tasks_path = os.fspath(ledger), os.fspath(tasks)
-    _task_list_lines(tasks_path, lock, timeout)  # a mistyped task list is refused
-    if not os.path.lexists(path):
-        raise UsageError(
-            f"the ledger {path} does not exist, so no run has begun to stop: check the path "
-            "(`zotsink run` writes OUT.ledger beside OUT, or the file given with --ledger)",
-            path=path,
-        )
-    book = Ledger(path, lock=lock, timeout=timeout)
-    _append(book.control_row(STOP_EVENT), book)
-    state, _size = read_control(path, lock=lock, timeout=timeout)
-    return state

@@ -20,6 +20,7 @@ from .._core.fileio import pread_chunks
 from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder
+from .._core.snapshot import snapshot
 from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
 from .._core.writer import Writer
@@ -36,6 +37,7 @@ from .._ledgerfile import (
 )
 from ..errors import UsageError
 from .alive import PROC_START, proc_start
+from .control import Control
 from .queue import Picked, TaskQueue
 from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
@@ -75,6 +77,11 @@ class Ledger:
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout
+        self._lock = lock
+        self._stopper = stopper
+        #: What ``zotsink close`` and ``zotsink stop`` told the runs, as far as read.
+        self.control = Control()
+        self._began = 0  # the ledger's size when this run began: a stop after it is for it
         # A side file: never through a link, only ever this user's (a ledger planted with
         # forged ok rows would make every task be skipped).
         self.writer = Writer(
@@ -95,6 +102,7 @@ class Ledger:
         self._want: tuple[TaskQueue[Any], int, Mapping[int, str]] | None = None
         self._picked = Picked([], [])
         self._claimed_bytes = 0
+        self._news_end = 0  # where the claim's look at the news ended
         # This run's settings, the row that records them when the ledger's differ or are
         # none (written with the first claim), and the tasks given up under the lock.
         self._settings: Mapping[str, str] | None = None
@@ -156,9 +164,11 @@ class Ledger:
         settings: Mapping[str, str] | None = None,
         recorded: Mapping[str, str] | None = None,
         max_attempts: int | None = None,
+        control: Control | None = None,
     ) -> None:
         """What this run found in the ledger's snapshot (``seen`` bytes of it) for its tasks
-        (number -> line): the start of what :meth:`claim` keeps up to date.
+        (number -> line): the start of what :meth:`claim` keeps up to date; ``control``:
+        the control rows found then (:func:`~zotsink._run.control.read_control`).
 
         ``settings``: how this run was called, recorded with the first claim unless
         ``recorded`` (the ledger's latest) says the same; a run row of other settings that
@@ -173,6 +183,9 @@ class Ledger:
         self._keys = dict(keys)  # grows by what _learn reads
         self._states = dict(states)
         self._seen = seen
+        self._began = seen
+        if control is not None:
+            self.control = control
         self._rerun = {n for n, st in states.items() if st.state == "ok"} if rerun else set()
 
     def claim(
@@ -200,6 +213,8 @@ class Ledger:
             late = queue.unlearned
         self._want = (queue, want, late)
         self._picked = Picked([], [])
+        self._claimed_bytes = 0
+        self._news_end = self._seen
         try:
             self.outlet.write_or_raise(b"".join(ends))
         except BaseException:
@@ -216,7 +231,10 @@ class Ledger:
         self._settings = None
         # this run's own rows are no news to it: the next look starts after them (the
         # writer put them after a header or a newline, if it wrote either)
-        self._seen = self.writer.last_at + self._claimed_bytes
+        # (nothing written: the news were read up to the size the hook saw)
+        self._seen = (
+            self.writer.last_at + self._claimed_bytes if self._claimed_bytes else self._news_end
+        )
         return self._picked.claimed, self._picked.dropped
 
     def gives_up(self, state: TaskState) -> bool:
@@ -235,6 +253,9 @@ class Ledger:
             self._learn(fd, late)
             queue.learn(self._states)
         self._read_news(fd, st.st_size)
+        if self.stopped:
+            queue.stop()  # `zotsink stop` since this run began: it claims nothing more
+        self._news_end = max(self._news_end, st.st_size)
         # this run's own end rows, about to be written: its failures count too
         for _n, _at, block in row_blocks((data,)):
             self._fold(rows_in(block), news=False)
@@ -256,21 +277,54 @@ class Ledger:
         """Fold the rows appended since the last look into the states of this run's tasks."""
         if size <= self._seen:
             return
-        for _n, _at, block in row_blocks(pread_chunks(fd, size, 1 << 20, start=self._seen)):
-            self._fold(rows_in(block), news=True)
+        chunks = pread_chunks(fd, size, 1 << 20, start=self._seen)
+        for _n, at, block in row_blocks(chunks, start=self._seen):
+            self._fold(rows_in(block), news=True, at=at)
 
-    def _fold(self, rows: Iterable[bytes], *, news: bool) -> None:
+    def look(self) -> Mapping[int, TaskState]:
+        """Fold the rows other runs appended since this run last looked, read from a
+        snapshot under a shared lock (a run waiting on others' tasks takes no exclusive
+        lock to look); the states of this run's tasks."""
+        if self._seen == 0 and not os.path.exists(self.path):
+            return self._states  # no run wrote a row yet
+        fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
+        try:
+            if size > self._seen:
+                self._read_news(fd, size)
+                self._seen = size
+        finally:
+            os.close(fd)
+        return self._states
+
+    @property
+    def states(self) -> Mapping[int, TaskState]:
+        """The states of this run's tasks, as of its last look at the ledger."""
+        return self._states
+
+    @property
+    def stopped(self) -> bool:
+        """Whether ``zotsink stop`` told this run to claim nothing more."""
+        return self.control.stopped(self._began)
+
+    def _fold(self, rows: Iterable[bytes], *, news: bool, at: int = 0) -> None:
         """Fold ledger rows into the states of this run's tasks; with ``news`` (rows other
         runs wrote) a ``run`` row of settings other than this run's is a conflict. Only the
         tasks the queue was given count (:meth:`begin`'s keys, which grow as the queue's
         source does): :meth:`_learn` reads a late task's earlier rows before any news."""
         keys, states = self._keys, self._states
+        pos = at  # where the next row begins: a stop row is for the runs begun before it
         for line in rows:
+            here, pos = pos, pos + len(line) + 1
             if not line or line.startswith(b"event\t"):
                 continue
             num = tasknum_of(line)
-            if num == RUN_TASKNUM and news and line.startswith(RUN_EVENT.encode() + b"\t"):
-                self._check_news_settings(line)
+            if num == RUN_TASKNUM:
+                if not news:
+                    continue
+                if line.startswith(RUN_EVENT.encode() + b"\t"):
+                    self._check_news_settings(line)
+                else:
+                    self.control = self.control.feed(line, here)  # close, open, stop
                 continue
             key = keys.get(num)
             if key is None:

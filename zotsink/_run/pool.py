@@ -13,6 +13,12 @@ and start next is the queue's (:mod:`.queue`), where an attempt stands is the at
 with the start rows of the tasks claimed next). Tasks are claimed ahead, so that a free slot
 rarely waits for the ledger.
 
+A run that takes over (``--pull``) waits, once its own queue is empty, for the tasks it
+found running in other runs: it looks at the ledger's news under a shared lock, less often
+the longer nothing changes, and claims again a task whose run is known dead. A run that
+follows its task list (``--follow``) looks for new lines the same way, until the list is
+closed and all is done, or nothing came for ``idle`` seconds.
+
 Stop signals (walltime warnings, ``scancel``, Ctrl-C) start nothing new; commands get the
 signal in their process group, functions are left to finish their call; after ``grace``
 seconds what still runs gets SIGTERM and then SIGKILL. What they printed is kept; their
@@ -38,7 +44,8 @@ from ..errors import ZotsinkError
 from .attempt import KILL_AFTER, Attempt, Output, signame
 from .commit import CommitGroup, append_held
 from .ledger import Ledger
-from .queue import TaskQueue
+from .queue import FollowSource, TaskQueue
+from .states import start_alive
 from .tasks import Task, task_argv
 from .worker import Worker
 
@@ -48,6 +55,10 @@ __all__ = ["Pool", "Progress", "Tasking"]
 PROGRESS_EVERY: Final = 0.5
 #: Tasks that could not start, before any did, after which run stops starting more.
 HALT_AFTER: Final = 3
+#: Seconds between two looks at the ledger (other runs' tasks, new lines of a followed
+#: list): the first wait, and the longest, as nothing changes.
+LOOK_FIRST: Final = 0.05
+LOOK_MOST: Final = 2.0
 _POLL_IN: Final = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
@@ -88,8 +99,19 @@ class Pool:
         commit_bytes: float,
         stopper: Stopper | None,
         progress: Callable[[Progress], None] | None = None,
+        idle: float | None = None,
+        task_time: float | None = None,
     ) -> None:
         self.queue = queue
+        self.idle_limit = idle  # a followed list: end after this long with nothing to do
+        self.task_time = task_time  # given; else the mean of this run's attempts
+        self.seconds = 0.0  # of this run's ended attempts, for their mean
+        self.look_wait = LOOK_FIRST
+        self.look_at = 0.0
+        self.idle_since = time.monotonic()
+        self.idled_out = False
+        self.here = os.uname().nodename
+        self.end_with_run = _end_with_run()
         self.how = how
         self.ledger = ledger
         self.output = output
@@ -132,6 +154,13 @@ class Pool:
                 self._start_ready()
             if self.queue.stopped:
                 self._release()
+            if self._looking() and now >= self.look_at:
+                self._look(now)
+                if self.how.call is not None and not self.workers and self.queue.has_work:
+                    for _ in range(self.how.jobs):  # a followed list's first tasks came
+                        self._spawn_worker()
+                if self.queue.claim_due(self._free(), not self.attempts and not self.workers):
+                    continue  # news: claim at once
             if self._finished():
                 break
             events = self.poller.poll(self._wait_ms())
@@ -164,8 +193,52 @@ class Pool:
             time.monotonic() - self.began,
         )
 
+    def _following(self) -> bool:
+        return isinstance(self.queue.source, FollowSource)
+
+    def _looking(self) -> bool:
+        """Whether the run waits on the ledger or the list: tasks of other runs that may
+        die, or a followed list not closed (and not idle too long)."""
+        if self.queue.stopped or self.queue.out_of_time:
+            return False
+        if self.queue.waits_on_others:
+            return True
+        if not self._following() or self.idled_out or self.queue.source.closed:
+            return False
+        return not (self.queue.pending or self.queue.claimed)
+
+    def _look(self, now: float) -> None:
+        """Look at the ledger's news (under a shared lock) and the list's new lines: tasks
+        of dead runs come back, new tasks wait to be claimed; look again later, the later
+        the longer nothing changed."""
+        try:
+            states = self.ledger.look()
+        except ZotsinkError as e:  # the lock, or a stop while waiting for it
+            self.ledger_error = self.ledger_error or e
+            self.queue.stop()
+            return
+        if self.ledger.stopped:
+            self.queue.stop()  # `zotsink stop`: nothing more is claimed or taken over
+        came = self.queue.recheck(states, lambda row: start_alive(row, self.here))
+        if self._following():
+            source = self.queue.source
+            control = self.ledger.control
+            if control.closed and isinstance(source, FollowSource):
+                source.close(control.closed_lines)
+            came += self.queue.refill()
+        if came or self.attempts:
+            self.idle_since = now
+            self.look_wait = LOOK_FIRST
+        else:
+            self.look_wait = min(self.look_wait * 2, LOOK_MOST)
+        if self.idle_limit is not None and now - self.idle_since >= self.idle_limit:
+            self.idled_out = True  # nothing to do for --idle seconds: make way
+        self.look_at = time.monotonic() + self.look_wait
+
     def _finished(self) -> bool:
         if self.attempts or self.group.attempts or self.queue.claimed:
+            return False
+        if self._looking():
             return False
         if self.queue.has_work:
             # Tasks left and none running: the claim came first in this turn of the loop,
@@ -180,6 +253,8 @@ class Pool:
         waits = [self.output.log_due_in(now), self.group.wait(now)]
         if self.progress is not None:
             waits.append(self.progress_at - now)
+        if self._looking():
+            waits.append(self.look_at - now)
         waits += [a.wait(now) for a in self.attempts]
         due = [w for w in waits if w is not None]
         return max(0, math.ceil(min(due) * 1000)) if due else -1
@@ -290,6 +365,7 @@ class Pool:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env=env,
+                preexec_fn=self.end_with_run,
             )
         except OSError as e:
             why = f"cannot start {argv[0]!r}: {e.strerror or e}"
@@ -446,6 +522,11 @@ class Pool:
         self.attempts.remove(a)
         self.group.add(a, now)
         self.done += 1
+        self.idle_since = now
+        self.seconds += now - a.started
+        if self.queue.deadline is not None:  # a task not to end after it is not started
+            given = self.task_time
+            self.queue.task_time = given if given is not None else self.seconds / self.done
         self.failed += a.status != "ok"
 
     def _finish(self, ended: list[Attempt]) -> None:
@@ -502,6 +583,27 @@ class Pool:
         self.workers.clear()
         self.output.close()
         self.ledger.close()
+
+
+def _end_with_run() -> Callable[[], None] | None:
+    """Linux: what a command task runs before its command, so that the kernel SIGKILLs it
+    when the run dies (a SIGKILL, the OOM killer): a task in its own session would go on
+    with nobody to take its records. What it started lives on; the run's mark in their
+    environment keeps the task from being started again meanwhile (see .alive)."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    run = os.getpid()
+
+    def end_with_run() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != run:  # the run died before prctl took effect
+            os._exit(1)
+
+    return end_with_run
 
 
 def _signal_group(a: Attempt, signum: int) -> None:

@@ -20,6 +20,14 @@ feeding it events and looking at what it picks.
   it fails).
 - A retry goes to the front; a stop claims nothing more (:meth:`stop`) and gives back the
   claimed tasks not started (:meth:`release`), for their ``interrupted`` rows.
+- A queue that takes over (``take_over``: a ``--pull`` run) keeps the tasks it found running
+  in other runs (:attr:`watched`) without asking whether those runs live (no scheduler is
+  asked under the ledger's lock); once its own candidates are gone it is asked
+  (:meth:`recheck`, outside the lock): a task whose run is known dead goes back to the
+  candidates, and is claimed if its start row is still the latest; a run whose liveness
+  nobody can tell keeps its task.
+- With a ``deadline`` a task expected to end after it is not claimed (:meth:`out_of_time`):
+  another run will take it.
 """
 
 from __future__ import annotations
@@ -29,10 +37,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar
 
+from .._core.fileio import line_blocks
+
 __all__ = [
     "Candidate",
     "ChunkSource",
+    "FollowSource",
     "Picked",
+    "PullSource",
     "State",
     "TaskQueue",
     "TaskSource",
@@ -85,6 +97,62 @@ class ChunkSource(Generic[Task]):
     @property
     def closed(self) -> bool:
         return not self._tasks
+
+
+class PullSource(Generic[Task]):
+    """Every runnable task of the list, for a ``--pull`` run: the list is read once, at the
+    first :meth:`take` (never again per claim), whatever the array index."""
+
+    def __init__(self, read: Callable[[], Iterable[Task]]) -> None:
+        self._read: Callable[[], Iterable[Task]] | None = read
+
+    def take(self) -> Sequence[Task]:
+        if self._read is None:
+            return ()
+        read, self._read = self._read, None
+        return list(read())
+
+    @property
+    def closed(self) -> bool:
+        return self._read is None
+
+
+class FollowSource(Generic[Task]):
+    """A task list that grows while runs are live (``--follow``): each :meth:`take` reads
+    only the bytes appended since the last one (by offset), whole lines only; a last line
+    without its newline is being written and waits. Closed once :meth:`close` was told the
+    list is (``zotsink close``) and the lines it had then were taken."""
+
+    def __init__(
+        self, read_tail: Callable[[int], bytes], make: Callable[[int, bytes], Task | None]
+    ) -> None:
+        self._read_tail = read_tail  # the list's bytes from an offset to its end
+        self._make = make  # a task of a line number and its bytes; None: never runs
+        self._offset = 0
+        self._lines = 0  # lines taken so far: the next line's number is this + 1
+        self._close_at: int | None = None  # lines the list had when it was closed
+
+    def take(self) -> Sequence[Task]:
+        tasks: list[Task] = []
+        for lines, whole in line_blocks((self._read_tail(self._offset),)):
+            if not whole:
+                break  # a last line without its newline is being written: it waits
+            for raw in lines:
+                self._offset += len(raw) + 1
+                self._lines += 1
+                task = self._make(self._lines, raw)
+                if task is not None:
+                    tasks.append(task)
+        return tasks
+
+    def close(self, lines: int | None = None) -> None:
+        """No more lines will come after the first ``lines`` (None: after those taken):
+        a filesystem may show this node the last lines later than the close row."""
+        self._close_at = self._lines if lines is None else lines
+
+    @property
+    def closed(self) -> bool:
+        return self._close_at is not None and self._lines >= self._close_at
 
 
 class State(Protocol):
@@ -141,9 +209,21 @@ class TaskQueue(Generic[Task]):
         *,
         given_up: GivenUp,
         rerun: bool = False,
+        take_over: bool = False,
     ) -> None:
         self.source = source
         self.rerun = rerun
+        self.take_over = take_over
+        #: Tasks found running in another run (take_over): number -> task.
+        self.watched: dict[int, Task] = {}
+        self.unknown: set[int] = set()  # left with a run whose liveness nobody can tell
+        self.taken_over = 0  # tasks of dead runs claimed here
+        self._dead: dict[int, Any] = {}  # number -> the start row of a run found dead
+        #: Claim no task expected to end after this (monotonic seconds; None: no end), at
+        #: the time a task is expected to take.
+        self.deadline: float | None = None
+        self.task_time = 0.0
+        self.out_of_time = False  # a task was left to another run: it would not finish
         self._given_up = given_up
         #: Every task the queue was given, number -> line: the rows the ledger folds.
         self.keys: dict[int, str] = {}
@@ -209,7 +289,10 @@ class TaskQueue(Generic[Task]):
         """How many tasks to claim now: ``free`` slots, and as many as will start within
         twice the commit ``window`` at the rate tasks started since the last claim, less
         those claimed and not started. 0 when there is nothing to claim."""
-        if self.stopped or not (self._pending or self._unlearned):
+        if self.stopped or self.out_of_time or not (self._pending or self._unlearned):
+            return 0
+        if self.deadline is not None and now + self.task_time > self.deadline:
+            self.out_of_time = True  # another run will start what is left
             return 0
         rate = self._since_claim / max(now - self._claimed_at, 1e-3)
         ahead = math.ceil(rate * 2 * window) if self._ran else 0
@@ -220,7 +303,8 @@ class TaskQueue(Generic[Task]):
         """Whether to claim now, commit or not: a task could start (a free slot, or nothing
         runs at all) and none claimed waits."""
         waiting = self._pending or self._unlearned
-        return bool(waiting) and not self._ready and not self.stopped and (free > 0 or idle)
+        ready = not self._ready and not self.stopped and not self.out_of_time
+        return bool(waiting) and ready and (free > 0 or idle)
 
     def pick(
         self,
@@ -232,24 +316,70 @@ class TaskQueue(Generic[Task]):
         each claimed one with its attempt number (the ledger records it as running)."""
         claimed: list[tuple[Task, int]] = []
         dropped: list[Task] = []
+        live = alive
+        if self.take_over:
+
+            def live(row: Any) -> bool | None:
+                # Nobody is asked under the lock: a running task is its run's, unless
+                # recheck() found that run dead (and no other run started it since)
+                return self._dead.get(row.tasknum) != row
+
         while self._pending and len(claimed) < n and not self.stopped:
             task = self._pending.popleft()
             state = states.get(task.num)
             rerun = task.num in self._rerun_ok
-            what = verdict(state, rerun=rerun, given_up=self._given_up, alive=alive)
+            what = verdict(state, rerun=rerun, given_up=self._given_up, alive=live)
             if what != "start":
                 if what == "given-up":
                     self.given_up.add(task.num)
+                elif what == "elsewhere" and self.take_over:
+                    self.watched[task.num] = task  # its run may die: see recheck()
                 else:
                     self.elsewhere += 1
                 dropped.append(task)
                 continue
             self._rerun_ok.discard(task.num)  # run again once, not once per retry
+            if self._dead.pop(task.num, None) is not None:
+                self.taken_over += 1
             claimed.append((task, (state.starts if state is not None else 0) + 1))
         self._ready.extend(claimed)
         self._since_claim = 0
         self._claimed_at = self._asked_at
         return Picked(claimed, dropped)
+
+    def recheck(self, states: Mapping[int, State], alive: Alive) -> int:
+        """Judge the :attr:`watched` tasks again by the ledger's ``states``: one whose run is
+        known dead goes back to the candidates (the claim judges it again under the lock),
+        one that ended, or whose run nobody can tell of, is no longer watched. How many
+        came back."""
+        back = 0
+        for num, task in list(self.watched.items()):
+            state = states.get(num)
+            if state is not None and state.state == "running" and state.last is not None:
+                live = alive(state.last)
+                if live:
+                    continue
+                del self.watched[num]
+                if live is None:
+                    self.unknown.add(num)
+                    continue
+                self._dead[num] = state.last
+                self._pending.append(task)
+                back += 1
+            else:
+                del self.watched[num]
+                self.elsewhere += 1
+        return back
+
+    @property
+    def waits_on_others(self) -> bool:
+        """Nothing of its own left, and tasks running in other runs that may die."""
+        return (
+            bool(self.watched)
+            and not self.stopped
+            and not self.out_of_time
+            and not (self._pending or self._unlearned or self._ready)
+        )
 
     def unpick(self, picked: Picked) -> None:
         """The claim was not written: its tasks are back where they were."""
@@ -283,6 +413,7 @@ class TaskQueue(Generic[Task]):
         """Claim nothing more (a stop signal, a halt, a ledger that cannot be written)."""
         self.stopped = True
         self._pending.clear()
+        self.watched.clear()
 
     def release(self) -> list[tuple[Task, int]]:
         """The claimed tasks not started (after a stop), taken off the queue."""
@@ -304,14 +435,15 @@ class TaskQueue(Generic[Task]):
     @property
     def has_work(self) -> bool:
         """Tasks wait to be claimed or started."""
-        return not self.stopped and bool(self._pending or self._unlearned or self._ready)
+        if self.stopped or (self.out_of_time and not self._ready):
+            return False
+        return bool(self._pending or self._unlearned or self._ready)
 
     @property
     def exhausted(self) -> bool:
         """Nothing more to start: no candidate, none claimed, and no more will come."""
-        return (
-            not self._pending
-            and not self._ready
-            and not self._unlearned
-            and (self.stopped or self.source.closed)
-        )
+        if self._ready:
+            return False
+        if self.stopped or self.out_of_time:
+            return True
+        return not (self._pending or self._unlearned or self.watched) and self.source.closed

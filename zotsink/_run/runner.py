@@ -10,6 +10,7 @@ settings, the queue of the tasks to run (:class:`~zotsink._run.queue.TaskQueue`)
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -25,13 +26,15 @@ from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._ledgerfile import read_ledger
 from ..errors import UsageError
+from .alive import RUN_VAR, job_end, proc_start, run_mark
 from .attempt import Output
+from .control import read_control
 from .ledger import Ledger
 from .pool import Pool, Progress, Tasking
-from .queue import ChunkSource, TaskQueue
+from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
 from .settings import reconcile, recorded_max_attempts, run_settings
 from .states import TaskState, read_begin, states_of
-from .tasks import Task, read_tasks
+from .tasks import Task, read_tail, read_tasks, task_of
 from .worker import call_spec, function_spec, refuse_nested_run
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
@@ -58,6 +61,10 @@ class RunReport(NamedTuple):
     halted: str | None = None  # why run stopped starting tasks early (a command that cannot start)
     given_up: int = 0  # tasks not started: they failed max_attempts times
     max_attempts: int | None = None  # the limit that applied (given, else recorded)
+    taken_over: int = 0  # tasks of dead runs this run ran (--pull)
+    unknown: int = 0  # left running in runs nobody can tell are alive or dead (--pull)
+    out_of_time: bool = False  # tasks left to other runs: they would end after the deadline
+    idled_out: bool = False  # a followed list gave nothing for --idle seconds
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -136,6 +143,11 @@ def run_tasks(
     env: Mapping[str, str] | None = None,
     stopper: Stopper | None = None,
     progress: Callable[[Progress], None] | None = None,
+    pull: bool = False,
+    follow: bool = False,
+    idle: float | None = None,
+    deadline: str | float | None = None,
+    task_time: float | None = None,
 ) -> RunReport:
     """Run the tasks of this array element (see ``zotsink run --help``); a :class:`RunReport`.
 
@@ -152,6 +164,16 @@ def run_tasks(
     or of the script being run.
 
     ``progress`` is called about twice a second with a :class:`Progress`.
+
+    ``pull``: the array index is ignored; the run claims the next tasks not done of the
+    whole list, in batches sized by its rate, until none is left, then waits for the tasks
+    running in other runs and runs those whose run is dead (this host: its process and
+    every process it started gone; another host: the scheduler says its element ended).
+    ``follow`` (implies ``pull``): lines appended to ``tasks`` while the run is live are
+    new tasks; the run ends when the list is closed and all is done, or after ``idle``
+    seconds with nothing to do. ``deadline`` (seconds from now, or an ISO time; else the
+    scheduler's end of the job, for a pull run): no task is started that is expected (at
+    ``task_time`` seconds, else the mean so far) to end after it.
 
     The ledger records the settings (:func:`~zotsink._run.settings.run_settings`); a run
     whose settings differ from the recorded ones raises :class:`UsageError` before any task
@@ -193,6 +215,11 @@ def run_tasks(
         env=dict(os.environ if env is None else env),
         stopper=stopper,
         progress=progress,
+        pull=pull or follow,
+        follow=follow,
+        idle=idle,
+        deadline=deadline,
+        task_time=task_time,
     )
     return _run(o)
 
@@ -221,6 +248,11 @@ class _RunOptions(NamedTuple):
     env: dict[str, str]
     stopper: Stopper | None
     progress: Callable[[Progress], None] | None
+    pull: bool = False  # the whole list, whatever the index; dead runs' tasks taken over
+    follow: bool = False  # lines appended while the run is live are tasks
+    idle: float | None = None
+    deadline: float | None = None  # time.time() seconds (given; a pull run: the scheduler's)
+    task_time: float | None = None
 
 
 def _options(
@@ -247,9 +279,25 @@ def _options(
     env: dict[str, str],
     stopper: Stopper | None,
     progress: Callable[[Progress], None] | None,
+    pull: bool = False,
+    follow: bool = False,
+    idle: float | None = None,
+    deadline: str | float | None = None,
+    task_time: float | None = None,
 ) -> _RunOptions:
     """The option checks: a usage error names the first option that cannot work."""
     out = os.fspath(out)
+    if idle is not None and not follow:
+        raise UsageError("--idle ends a --follow run that has nothing to do: give --follow")
+    if (deadline is not None or task_time is not None) and not pull:
+        raise UsageError("--deadline and --task-time apply to --pull runs: give --pull")
+    if pull and index is not None:
+        raise UsageError("--pull takes the next tasks of the whole list: give no --index")
+    if idle is not None:
+        check_seconds("idle", idle, MAX_TIMEOUT)
+    if task_time is not None:
+        check_seconds("task_time", task_time, MAX_TIMEOUT)
+    ends = _deadline(deadline, env) if pull else None
     if function is not None:
         if call is not None:
             raise UsageError("give call or function, not both")
@@ -301,7 +349,8 @@ def _options(
         command=tuple(command),
         call=call,
         shell=shell,
-        index=scheduler_index(env) if index is None else index,
+        # a pull run ignores the array index: every element takes from the whole list
+        index=None if pull else scheduler_index(env) if index is None else index,
         chunk=chunk,
         base=base,
         jobs=njobs,
@@ -315,20 +364,56 @@ def _options(
         env=env,
         stopper=stopper,
         progress=progress,
+        pull=pull,
+        follow=follow,
+        idle=idle,
+        deadline=ends,
+        task_time=task_time,
     )
+
+
+def _deadline(given: str | float | None, env: Mapping[str, str]) -> float | None:
+    """The end of this run's allocation as ``time.time()`` seconds: ``given`` (seconds
+    from now, or an ISO time), else the scheduler's end of the job, else None."""
+    if given is None:
+        return job_end(env)
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        return time.time() + check_seconds("deadline", float(given), MAX_TIMEOUT)
+    text = str(given).strip()
+    try:
+        return time.time() + check_seconds("deadline", float(text), MAX_TIMEOUT)
+    except (ValueError, UsageError):
+        pass
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise UsageError(
+            f"--deadline must be seconds from now or a time such as 2026-11-26T18:00, not {text!r}"
+        ) from None
 
 
 def _run(o: _RunOptions) -> RunReport:
     """A run, step by step."""
-    todo = _element_tasks(o)
     opts = o.write
     fmt = format_for(o.out, opts.format)
     template = make_encoder(o.out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
     ledger = Ledger(
         o.ledger_path, lock=opts.lock, timeout=opts.timeout, env=o.env, stopper=o.stopper
     )
-    queue = TaskQueue(ChunkSource(todo), given_up=ledger.gives_up, rerun=o.rerun)
-    queue.refill()
+    source: TaskSource[Task]
+    if o.follow:
+        source = FollowSource(lambda at: read_tail(o.tasks, at), task_of)
+    elif o.pull:
+        source = PullSource(lambda: read_tasks(o.tasks)[0])
+    else:
+        source = ChunkSource(_element_tasks(o))
+    queue = TaskQueue(source, given_up=ledger.gives_up, rerun=o.rerun, take_over=o.pull)
+    selected = queue.refill()
+    if o.deadline is not None:
+        queue.deadline = time.monotonic() + (o.deadline - time.time())
+        queue.task_time = o.task_time or 0.0
     states, seen, recorded = read_begin(
         o.ledger_path, queue.keys, lock=opts.lock, timeout=opts.timeout, stopper=o.stopper
     )
@@ -348,6 +433,10 @@ def _run(o: _RunOptions) -> RunReport:
         max_attempts=max_attempts,
         call=o.call,
     )
+    if o.pull:
+        # chunked and pull runs share a ledger: pull is not compared, only recorded (for
+        # status and missing), and each task runs once either way
+        settings["pull"] = "follow" if o.follow else "yes"
     try:
         settings = reconcile(
             recorded,
@@ -361,6 +450,7 @@ def _run(o: _RunOptions) -> RunReport:
         raise
     max_attempts = recorded_max_attempts(settings)  # given, else recorded
     # -- begin: what the ledger said of this run's tasks --------------------------------
+    control, _size = read_control(o.ledger_path, lock=opts.lock, timeout=opts.timeout)
     ledger.begin(
         queue.keys,
         states,
@@ -369,14 +459,19 @@ def _run(o: _RunOptions) -> RunReport:
         settings=settings,
         recorded=recorded,
         max_attempts=max_attempts,
+        control=control,
     )
     queue.learn(states)
+    if control.closed and isinstance(source, FollowSource):
+        source.close(control.closed_lines)
     pool = _pool(o, queue, ledger, template)
     try:
         pool.loop()
     finally:
         pool.close()
-    return _report(o, len(todo), queue, pool, ledger, max_attempts)
+    if o.follow:
+        selected = len(queue.keys)
+    return _report(o, selected, queue, pool, ledger, max_attempts)
 
 
 def _element_tasks(o: _RunOptions) -> list[Task]:
@@ -419,8 +514,12 @@ def _pool(o: _RunOptions, queue: TaskQueue[Task], ledger: Ledger, template: Enco
             mode=side_mode(o.out),
         )
     )
+    env = o.env
+    started = proc_start(os.getpid())
+    if started is not None:  # every process of the run carries its mark (see .alive)
+        env = {**env, RUN_VAR: run_mark(os.getpid(), started)}
     how = Tasking(
-        o.command, o.shell, o.jobs, o.retries, o.task_timeout, o.grace, opts.kv, o.env, o.call
+        o.command, o.shell, o.jobs, o.retries, o.task_timeout, o.grace, opts.kv, env, o.call
     )
     return Pool(
         queue=queue,
@@ -430,6 +529,8 @@ def _pool(o: _RunOptions, queue: TaskQueue[Task], ledger: Ledger, template: Enco
         commit_bytes=opts.batch_bytes,
         stopper=o.stopper,
         progress=o.progress,
+        idle=o.idle,
+        task_time=o.task_time,
     )
 
 
@@ -461,4 +562,8 @@ def _report(
         halted=pool.halted,
         given_up=len(queue.given_up),
         max_attempts=max_attempts,
+        taken_over=queue.taken_over,
+        unknown=len(queue.unknown),
+        out_of_time=queue.out_of_time,
+        idled_out=pool.idled_out,
     )

@@ -95,7 +95,7 @@ def given_up(state: TaskState, max_attempts: int | None) -> bool:
 
 def start_alive(row: LedgerRow, here: str) -> bool | None:
     """Whether the run process of a ``start`` row still runs (see :func:`.alive.run_alive`)."""
-    return run_alive(row.host, row.pid, row.note, row.job, here)
+    return run_alive(row.host, row.pid, row.note, row.job, here, row.array_task)
 
 
 def settle(state: TaskState, here: str, max_attempts: int | None) -> TaskState:
@@ -224,6 +224,7 @@ class LedgerTally(Mapping[int, TaskState]):
         ends: dict[bytes, tuple[int, int, int]] = {}
         run_at = -1  # the latest run row
         jobs: set[bytes] = set()  # the scheduler's jobs that started these tasks
+        runs: set[tuple[bytes, bytes]] = set()  # (host, pid) of the runs that started them
         at = array("q", [-1]) * size
         seconds = array("d", [math.nan]) * size
         first = last = b""
@@ -252,7 +253,9 @@ class LedgerTally(Mapping[int, TaskState]):
                 at[n] = offset
                 if event == b"start":
                     # attempt job ...: the job, and nothing split further
-                    jobs.add(rest.split(b"\t", 2)[1])
+                    f = rest.split(b"\t", 5)
+                    jobs.add(f[1])
+                    runs.add((f[3], f[4]) if len(f) > 4 else (b"", b""))
                     code[n] = start[0]
                     starts[n] += start[1]
                     if start[2]:
@@ -278,6 +281,7 @@ class LedgerTally(Mapping[int, TaskState]):
                 max_attempts = recorded_max_attempts(self.settings)
             self.max_attempts = max_attempts
             here = os.uname().nodename if host is None else host
+            unknown: set[int] = set()
             # only a running state and a failing one settle into another (lost, given-up)
             for n in keys:
                 c = code[n]
@@ -285,6 +289,8 @@ class LedgerTally(Mapping[int, TaskState]):
                     st = TaskState(n, _CODES[c], starts[n], None, failures[n])
                     if c == _RUNNING:
                         st = st._replace(last=scan.row_at(at[n]))
+                        if st.last is not None and start_alive(st.last, here) is None:
+                            unknown.add(n)  # nothing here can tell whether its run lives
                     code[n] = _CODES.index(settle(st, here, max_attempts).state)
         except BaseException:
             scan.close()
@@ -294,6 +300,9 @@ class LedgerTally(Mapping[int, TaskState]):
         self._code, self._starts, self._at, self._seconds = code, starts, at, seconds
         self._failures = failures
         self.jobs = sorted(j.decode("utf-8", "surrogateescape") for j in jobs if j)
+        self.runs = len(runs)  # runs that started these tasks
+        #: running tasks whose run's life nothing here can tell (another host, no scheduler)
+        self.unknown = frozenset(unknown)
         self.first_time = first.decode() or None
         self.last_time = last.decode() or None
 

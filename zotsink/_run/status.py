@@ -56,6 +56,11 @@ class StatusReport(NamedTuple):
     scheduler: str | None = None
     # the live runs, the task list closed or open, a stop (None: not read)
     runs: LiveRuns | None = None
+    # a --pull ledger: tasks are left, not chunks; runs that started tasks so far
+    pull: bool = False
+    runs_seen: int = 0
+    # running tasks whose run's life nothing here can tell (another host, no scheduler)
+    unknown: frozenset[int] = frozenset()
 
     @property
     def all_ok(self) -> bool:
@@ -84,6 +89,8 @@ class StatusReport(NamedTuple):
             "to_run": self.to_run,
             "scheduler": self.scheduler,
             "runs": None if self.runs is None else self.runs.to_dict(),
+            "pull": self.pull,
+            "unknown": array_spec(self.unknown),
         }
 
     @property
@@ -166,6 +173,9 @@ def task_status(
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
         runs=runs,
+        pull=bool((tally.settings or {}).get("pull")),
+        runs_seen=tally.runs,
+        unknown=tally.unknown,
     )
 
 
@@ -199,6 +209,7 @@ class LedgerMissing(NamedTuple):
     chunk: int  # given, else recorded
     base: int
     max_attempts: int | None
+    pull: bool = False  # a --pull ledger: ``specs`` is the elements to submit, 1-N
 
 
 def ledger_missing(
@@ -237,8 +248,16 @@ def ledger_missing(
     chunk, base = recorded_array(found.settings, chunk, base, path=path)
     picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
-    chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
-    specs = split_spec(chunks, base, max_array)
+    pull = bool((found.settings or {}).get("pull"))
+    if pull:
+        # any element takes any task: as many as ran before, never more than tasks left
+        n = min(
+            len(picked), max(found.runs, 1), max(max_array - 1, 1) if max_array else len(picked)
+        )
+        specs = [("1" if n == 1 else f"1-{n}", 1)] if n > 0 else []
+    else:
+        chunks = sorted({chunk_of(t.num, chunk, 1) for t in picked})
+        specs = split_spec(chunks, base, max_array)
     return LedgerMissing(
         tasks=picked,
         specs=specs,
@@ -246,6 +265,7 @@ def ledger_missing(
         chunk=chunk,
         base=base,
         max_attempts=found.max_attempts,
+        pull=pull,
     )
 
 

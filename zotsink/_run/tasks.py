@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from ..errors import InputError
 
-__all__ = ["Task", "read_tasks", "task_argv", "task_lines"]
+__all__ = ["Task", "read_tail", "read_tasks", "task_argv", "task_lines", "task_of"]
 
 
 class Task(NamedTuple):
@@ -73,6 +73,34 @@ def task_lines(
         if text.strip() and not text.lstrip().startswith("#"):
             tasks[num] = text
     return tasks, len(lines)
+
+
+def task_of(num: int, raw: bytes) -> Task | None:
+    """Line ``num`` of a task list (its bytes, no newline) as a task; None when it never
+    runs (blank, ``#``). The rule of :func:`task_lines`, one line at a time."""
+    text = raw.decode("utf-8", "surrogateescape")
+    if text.endswith("\r"):
+        text = text[:-1]
+    if not text.strip() or text.lstrip().startswith("#"):
+        return None
+    return Task(num, text)
+
+
+def read_tail(path: str | os.PathLike[str], offset: int) -> bytes:
+    """The bytes of the task list ``path`` from ``offset`` to its end (a followed list:
+    only what was appended since the last look is read)."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        raise InputError(f"task list {p} does not exist", path=p) from None
+    except OSError as e:
+        raise InputError(f"cannot read task list {p}: {e.strerror or e}", path=p) from None
+    if b"\0" in data:
+        raise InputError(f"task list {p} holds a NUL byte: is it a binary file?", path=p)
+    return data
 
 
 def task_argv(command: Sequence[str], line: str, shell: bool) -> list[str]:

@@ -196,6 +196,11 @@ def _from_ledger(
         sys.stdout.buffer.flush()
     except BrokenPipeError:
         stdout_closed()
+    if as_array and found.pull:
+        say(
+            f"{len(found.tasks)} tasks left of a --pull run: submit the elements above "
+            "(--array SPEC) running `zotsink run --pull`; any element takes any task"
+        )
     if as_array and max_array is not None and any(b < 1 for _spec, b in found.specs):
         # a negative BASE reads like a mistake: say why it is right
         say(

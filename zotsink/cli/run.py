@@ -118,6 +118,36 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     help="Record this run's --chunk, --base, format, --columns, --kv, --stamp and CMD in "
     "the ledger instead of refusing ones that differ from the recorded settings.",
 )
+@click.option(
+    "--pull",
+    is_flag=True,
+    help="Ignore the array index: take the next tasks not done of the whole list until none "
+    "is left, then finish the tasks of runs that died. No chunk to choose.",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="--pull, and lines appended to TASKS while the run is live are new tasks; end "
+    "when the list is closed and all is done (or after --idle).",
+)
+@click.option(
+    "--idle",
+    type=Seconds(MAX_TIMEOUT),
+    metavar="SECONDS",
+    help="With --follow: end after SECONDS with nothing to do.",
+)
+@click.option(
+    "--deadline",
+    metavar="TIME|SECONDS",
+    help="With --pull: start no task expected to end after TIME (or SECONDS from now) "
+    "[default: the scheduler's end of the job].",
+)
+@click.option(
+    "--task-time",
+    type=Seconds(MAX_TIMEOUT),
+    metavar="SECONDS",
+    help="With --deadline: how long a task takes [default: the mean so far].",
+)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
 @click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
 @record_options
@@ -142,6 +172,11 @@ def run_cmd(
     grace: float,
     max_attempts: int | None,
     new_settings: bool,
+    pull: bool,
+    follow: bool,
+    idle: float | None,
+    deadline: str | None,
+    task_time: float | None,
     ledger: str | None,
     log: str | None,
     fmt: str,
@@ -196,6 +231,11 @@ def run_cmd(
                 grace=grace,
                 max_attempts=max_attempts,
                 new_settings=new_settings,
+                pull=pull,
+                follow=follow,
+                idle=idle,
+                deadline=deadline,
+                task_time=task_time,
                 ledger=ledger,
                 log=log,
                 format=fmt,
@@ -268,6 +308,17 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         # the ledger refused a start row: the tasks it announced were not run
         click.echo(f"zotsink: error: {r.error}", err=True)
         failed = failed or r.error
+    if r.taken_over:
+        say(f"{r.taken_over} tasks of runs that died were run here")
+    if r.unknown:
+        say(
+            f"{r.unknown} tasks left running in runs whose life nothing here can tell (no "
+            "scheduler answers for their host): `zotsink status` shows them"
+        )
+    if r.out_of_time:
+        say("tasks left to other runs: they would not end before this job's deadline")
+    if r.idled_out:
+        say("nothing new to do in the --idle time: the run made way")
     if r.signal is not None:
         import signal
 

@@ -244,7 +244,15 @@ def status_lines(report: StatusReport) -> list[str]:
         lines.append(
             f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}"
         )
-    if report.settings is not None and "chunk" in report.settings and not report.all_ok:
+    if report.pull and not report.all_ok:
+        left = report.to_run
+        if left:
+            more = min(left, max(report.runs_seen, 1))
+            lines.append(
+                f"to run again: {left} tasks left; submit up to {more} "
+                "more elements of the --pull job (any element takes any task)"
+            )
+    elif report.settings is not None and "chunk" in report.settings and not report.all_ok:
         spec = report.resubmit()
         if spec:
             lines.append(

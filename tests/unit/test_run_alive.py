@@ -1,0 +1,83 @@
+"""Whether a start row's run lives: the scheduler is asked about the array element, and its
+answers expire; a run whose process is gone lives on in the processes it started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zotsink._run import alive
+
+SQUEUE = """#!/bin/sh
+echo "$@" >> "{log}"
+if [ -e "{state}/$3" ]; then echo RUNNING; exit 0; fi
+echo "slurm_load_jobs error: Invalid job id specified" >&2
+exit 1
+"""
+
+
+@pytest.fixture
+def squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    script = bin_dir / "squeue"
+    script.write_text(SQUEUE.format(log=tmp_path / "asked", state=state))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(alive, "_job_answers", {})
+    monkeypatch.setattr(alive, "_last_answers", {})
+    return state
+
+
+def test_another_hosts_run_is_judged_by_its_array_element(squeue: Path) -> None:
+    (squeue / "77_3").touch()  # element 3 of array job 77 runs; element 4 ended
+    assert alive.run_alive("far", "1", "", "77", "here", "3") is True
+    assert alive.run_alive("far", "1", "", "77", "here", "4") is False
+    asked = (squeue.parent / "asked").read_text().split("\n")
+    assert asked[:2] == ["-h -j 77_3 -o %T", "-h -j 77_4 -o %T"]
+
+
+def test_the_schedulers_answer_expires(squeue: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (squeue / "77_3").touch()
+    assert alive.job_alive("77_3") is True
+    (squeue / "77_3").unlink()  # the element ended
+    assert alive.job_alive("77_3") is True  # the answer still serves
+    monkeypatch.setattr(alive, "ANSWER_TTL", 0.0)
+    assert alive.job_alive("77_3") is False  # asked again
+
+
+def test_a_gone_run_lives_while_a_process_it_started_does(tmp_path: Path) -> None:
+    # a process that carries a (gone) run's mark, as a task that outlived its run would
+    mark = alive.run_mark(999999999, "12345")
+    env = {**os.environ, alive.RUN_VAR: mark}
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env
+    )
+    try:
+        alive._survivors.clear()
+        assert alive.process_alive("999999999", alive.PROC_START + "12345") is True
+    finally:
+        child.communicate(b"")
+    alive._survivors.clear()
+    assert alive.process_alive("999999999", alive.PROC_START + "12345") is False
+    assert alive.process_alive("999999999", "") is False  # no start time: no mark to find
+
+
+def test_the_jobs_end_comes_from_squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "squeue"
+    script.write_text('#!/bin/sh\n[ "$3" = 42 ] && echo 2030-01-02T03:04:05 || echo N/A\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    from datetime import datetime
+
+    want = datetime(2030, 1, 2, 3, 4, 5).timestamp()  # local time, as squeue prints it
+    assert alive.job_end({"SLURM_JOB_ID": "42"}) == want
+    assert alive.job_end({"SLURM_JOB_ID": "43"}) is None  # no limit known
+    assert alive.job_end({}) is None
