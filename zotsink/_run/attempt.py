@@ -64,8 +64,15 @@ class Output:
         """An attempt's own encoder: its task number and attempt in its stamps."""
         tpl = self.template
         # like(): OUT's header as the template found it, so that each task's encoder can
-        # refuse a key:value first line of a new OUT and drop a repeated header
-        return BlockEncoder(tpl.like(env), self.kv, count=True)
+        # refuse a key:value first line of a new OUT and drop a repeated header. An OUT that
+        # was there before the run may begin with a piece no row claims (an interrupted
+        # attempt's records, kept): its first line is a record then, not a header, and a
+        # task's line equal to it is kept. Only a header the run knows is dropped again:
+        # the columns given, or the first line kept for a new OUT.
+        enc = tpl.like(env)
+        if not enc.out_new:
+            enc.out_header = None
+        return BlockEncoder(enc, self.kv, count=True)
 
     def encode(self, enc: BlockEncoder, block: bytes) -> tuple[bytes | memoryview, int]:
         """Lines of records, encoded with the run's columns (see :meth:`_columns`)."""
