@@ -11,12 +11,17 @@ two more pipes carry frames: tasks in, results out. A frame is a 4-byte big-endi
 and a :mod:`marshal` dump (both ends are the same interpreter, and marshal reads only plain
 values: it cannot run code the way unpickling can).
 
-Frames, worker to run: ``("ready",)`` once FUNC is loaded, ``("unloadable", text)`` when it
-cannot be, and for each task ``("done", items)`` or ``("raised", traceback, exit)``.
-``items`` are the records: ``(0, text)`` for lines, ``(1, {column: value})`` for one record
-by name, values reduced to what marshal carries (other values, NumPy's among them, become
-the text a record holds for them: :func:`~zotsink._core.records.value_text`).
-Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop.
+Frames, worker to run, each naming the worker's pid: ``("ready", pid)`` once FUNC is
+loaded, ``("unloadable", pid, text)`` when it cannot be, and for each task
+``("done", pid, tasknum, attempt, items)`` or ``("raised", pid, tasknum, attempt, traceback,
+exit)``. The run credits a result only to the task it sent that worker, from that worker's
+pid (a process FUNC forked, which came back into the worker's loop, never answers: it exits
+at once). ``items`` are the records: ``(0, text)`` for lines, ``(1, {column: value})`` for
+one record by name, values reduced to what marshal carries (other values, NumPy's among
+them, become the text a record holds for them: :func:`~zotsink._core.records.value_text`).
+Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop. Both frame pipes are
+the worker's alone: what FUNC starts does not inherit them, and the run sees the worker's
+death from the process itself (a pidfd), not only from its results pipe's end.
 
 The prints come a line at a time into the log, under the number of the task the worker
 runs (task 0, the run's own lines, before the first task and between tasks), cut by the one
@@ -34,6 +39,7 @@ import os
 import signal
 import struct
 import sys
+import time
 import traceback  # before FUNC's module, which may shadow what traceback imports
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
@@ -59,6 +65,8 @@ _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 #: Set by a worker process to its own pid: a run started inside it is refused.
 WORKER_VAR: Final = "ZOTSINK_WORKER_PID"
 _READ_SIZE: Final = 1 << 16
+#: The length of each kind of frame a worker sends (see the module's docstring).
+_SIZES: Final = {"ready": 2, "unloadable": 3, "done": 5, "raised": 6}
 
 
 def call_spec(spec: str) -> str:
@@ -219,43 +227,64 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
     # finish within the run's --grace; the run ends the worker if it does not.
     leave_stops_to_parent()
     _end_with_parent()
-    os.environ[WORKER_VAR] = str(os.getpid())  # for refuse_nested_run
+    me = os.getpid()
+    os.environ[WORKER_VAR] = str(me)  # for refuse_nested_run
+    # not inherited by what FUNC starts (os.system("helper &")): the worker's end must end
+    # its results pipe, and nothing else may read its tasks
+    os.set_inheritable(tasks_fd, False)
+    os.set_inheritable(results_fd, False)
     tasks = os.fdopen(tasks_fd, "rb")
     results = os.fdopen(results_fd, "wb")
     try:
         func = _load(spec)
     except BaseException:
+        _not_forked(me, 1)
         _flush_prints()
-        _send(results, ("unloadable", traceback.format_exc(limit=-8)))
+        _send(results, ("unloadable", me, traceback.format_exc(limit=-8)))
         return
+    _not_forked(me, 0)
     _flush_prints()
-    _send(results, ("ready",))
+    _send(results, ("ready", me))
     while True:
         message = _receive(tasks)
+        _not_forked(me, 0)  # a fork that read on is no worker: it answers nothing
         if message is None:
             return
         num, attempt, line = message
         os.environ[TASKNUM_VAR] = str(num)
         os.environ[ATTEMPT_VAR] = str(attempt)
         try:
-            reply: tuple[Any, ...] = ("done", _items(func(line)))
+            reply: tuple[Any, ...] = ("done", me, num, attempt, _items(func(line)))
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            _not_forked(me, code)
             if code == 0:
-                reply = ("done", [])
+                reply = ("done", me, num, attempt, [])
             else:
                 if e.code is not None and not isinstance(e.code, int):
                     print(e.code, file=sys.stderr)
-                reply = ("raised", "", code)
+                reply = ("raised", me, num, attempt, "", code)
         except BaseException as e:
+            _not_forked(me, 1)
             # the traceback from FUNC's frame on: the worker's own frame is no news to anyone
             tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-            reply = ("raised", "".join(traceback.format_exception(type(e), e, tb)), 1)
+            text = "".join(traceback.format_exception(type(e), e, tb))
+            reply = ("raised", me, num, attempt, text, 1)
+        _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
         _flush_prints()  # before the result: the run reads the prints first
         try:
             _send(results, reply)
         except ValueError as e:  # marshal: an unmarshallable value inside a record
-            _send(results, ("raised", f"the records could not be passed back: {e}\n", 1))
+            why = f"the records could not be passed back: {e}\n"
+            _send(results, ("raised", me, num, attempt, why, 1))
+
+
+def _not_forked(me: int, code: int) -> None:
+    """A process FUNC forked that came back into the worker's code (it returned, or called
+    ``sys.exit``) ends here with ``code``: only the worker reads tasks and answers."""
+    if os.getpid() != me:
+        _flush_prints()
+        os._exit(code & 0xFF)
 
 
 def _end_with_parent() -> None:
@@ -326,6 +355,10 @@ class Worker:
         os.set_blocking(self.prints_fd, False)
         self._tasks = os.fdopen(self._tasks_w, "wb", buffering=0)
         self._buf = bytearray()
+        self.pid = self.popen.pid
+        self.pidfd = _pidfd(self.pid)  # readable when the process ended (None: not Linux)
+        self.began = time.monotonic()  # when it began to load FUNC
+        self.sent: tuple[int, int] | None = None  # (tasknum, attempt) of the call it runs
         self.ready = False
         self.closed = False
         self._sinks = prints_to
@@ -337,6 +370,7 @@ class Worker:
         """Hand the worker a task (``task``: the run's name for it, kept until the call
         ends); False when it is gone."""
         self.task = task
+        self.sent = (num, attempt)
         self._prints_to = self._sinks(num, attempt)
         data = marshal.dumps((num, attempt, line))
         try:
@@ -365,9 +399,34 @@ class Worker:
             (size,) = _LEN.unpack_from(self._buf)
             if len(self._buf) < _LEN.size + size:
                 break
-            out.append(marshal.loads(bytes(self._buf[_LEN.size : _LEN.size + size])))
+            try:
+                frame = marshal.loads(bytes(self._buf[_LEN.size : _LEN.size + size]))
+            except (ValueError, EOFError, TypeError):
+                frame = ("garbled",)
+            out.append(frame if isinstance(frame, tuple) and frame else ("garbled",))
             del self._buf[: _LEN.size + size]
         return out, ended
+
+    def refusal(self, frame: tuple[Any, ...]) -> str | None:
+        """Why ``frame`` is not this worker's answer (None: it is): it must come from the
+        worker's own pid and, for a result, name the task the worker was sent."""
+        kind = frame[0]
+        size = _SIZES.get(kind)
+        if size is None or len(frame) != size:
+            return f"a frame of no known kind ({str(kind)[:40]!r})"
+        if frame[1] != self.pid:
+            return f"a {kind!r} frame from process {frame[1]}, not the worker ({self.pid})"
+        if size > 3:
+            if self.sent is None:
+                return f"a result for task {frame[2]}.{frame[3]} while it ran none"
+            if (frame[2], frame[3]) != self.sent:
+                num, attempt = self.sent
+                return f"a result for task {frame[2]}.{frame[3]}, not {num}.{attempt}"
+        return None
+
+    def dead(self) -> bool:
+        """Whether the worker process has ended (its pipes may be held by what it started)."""
+        return self.popen.poll() is not None
 
     def take_prints(self, *, last: bool = False) -> bool:
         """What the worker printed since the last look, into the log; whether anything
@@ -392,6 +451,7 @@ class Worker:
         prints are taken, and the task it ran is handed back (None: it ran none)."""
         self.take_prints(last=True)  # still under its task: sent before the result
         task, self.task = self.task, None
+        self.sent = None
         self._prints_to = self._sinks(0, 0)
         return task
 
@@ -421,3 +481,14 @@ class Worker:
         self.stop()
         for f in (self.results, self.prints):
             f.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that polls readable when process ``pid`` ends (Linux 5.3 and later)."""
+    try:
+        return os.pidfd_open(pid)  # type: ignore[attr-defined,no-any-return]
+    except (AttributeError, OSError):
+        return None
