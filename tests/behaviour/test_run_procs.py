@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 import zotsink as zs
-
-from waiting import wait_for
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -169,9 +168,7 @@ def test_tasks_reaped_before_the_run_sees_scancel_are_interrupted(tmp_path: Path
     pids: list[int] = []
     try:
         wait_for(lambda: len(list((tmp_path / "pids").iterdir())) == 3, p, "started 3 tasks")
-        wait_for(
-            lambda: all((tmp_path / "pids" / n).read_text().strip() for n in "abc"), p, "pids"
-        )
+        wait_for(lambda: all((tmp_path / "pids" / n).read_text().strip() for n in "abc"), p, "pids")
         pids = [int((tmp_path / "pids" / n).read_text()) for n in "abc"]
         # scancel signals every process; here the tasks' end is seen first, as it may be
         for pid in pids:
