@@ -24,7 +24,7 @@ import zotsink as zs
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
 FUNCS = r"""
-import os, sys, time
+import os, sys, threading, time
 
 
 def forks(line):
@@ -33,6 +33,17 @@ def forks(line):
         if line.endswith("exit"):
             sys.exit(0)
         return {"item": "child of " + line}
+    return {"item": line}
+
+
+def threads(line):
+    def late():
+        with open("gate") as g:  # opened by the test once the call's end is in the ledger
+            g.read()
+        print("late from", line, flush=True)
+
+    threading.Thread(target=late).start()
+    print("in the call", line)
     return {"item": line}
 
 
@@ -118,6 +129,27 @@ def test_refused_frames_name_why() -> None:
     assert "no known kind" in Worker.refusal(w, ("done", 100))  # type: ignore[arg-type]
     idle = SimpleNamespace(pid=100, sent=None)
     assert "while it ran none" in Worker.refusal(idle, ("done", 100, 3, 1, []))  # type: ignore
+
+
+def test_prints_of_a_thread_after_its_call_are_the_runs_with_a_note(job: Path) -> None:
+    os.mkfifo(job / "gate")
+    tasks(job, "t1")
+    p = _popen(job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:threads")
+    try:
+        wait_for(lambda: (job / "out.tsv.ledger").exists() and "t1" in ends(job), p, "ended t1")
+        fd = os.open(job / "gate", os.O_WRONLY)  # the thread goes on now
+        os.close(fd)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err.decode()
+    log = (job / "out.tsv.log").read_text().splitlines()
+    assert "1.1\tin the call t1" in log
+    at = log.index(
+        "0.0\tzotsink: printed by the worker after the call of task 1.1 returned "
+        "(by a thread it started?):"
+    )
+    assert log[at + 1] == "0.0\tlate from t1"
 
 
 def _helpers(d: Path) -> list[int]:

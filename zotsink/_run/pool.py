@@ -614,8 +614,10 @@ class Pool:
         deadline = time.monotonic() + KILL_AFTER
         for worker in self.workers:
             worker.exit_code(max(0.0, deadline - time.monotonic()))
+            worker.take_prints(last=True)  # what it printed as it ended (a thread's last words)
             worker.close()
         self.workers.clear()
+        self.output.flush_log()  # the workers' last prints
         self.output.close()
         self.ledger.close()
 

@@ -23,10 +23,14 @@ Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop. Both frame
 the worker's alone: what FUNC starts does not inherit them, and the run sees the worker's
 death from the process itself (a pidfd), not only from its results pipe's end.
 
-The prints come a line at a time into the log, under the number of the task the worker
-runs (task 0, the run's own lines, before the first task and between tasks), cut by the one
-pipe line cutter; a call's prints are flushed before its result, so the result frame is
-where its last print line ends.
+The prints come a line at a time into the log, cut by the one pipe line cutter, under the
+number of the task whose call made them: the worker writes a mark into its prints when a
+call begins and when it returns (a line with a random token of the run's, which no print
+holds by chance), after flushing what came before. What comes outside a call (the module's
+import, a thread a call started that prints on after the call returned) is logged under
+task 0, the run's own lines, the latter after a line that says which call it followed. A
+call's prints and its end mark are flushed before its result, so the result frame is where
+they end.
 """
 
 from __future__ import annotations
@@ -221,7 +225,7 @@ def _receive(f: IO[bytes]) -> tuple[Any, ...] | None:
     return marshal.loads(data)  # type: ignore[no-any-return]
 
 
-def main(spec: str, tasks_fd: int, results_fd: int) -> None:
+def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
     """The worker process: load FUNC, then call it for each task until the stream ends."""
     # Stop signals are the run's to handle: a walltime warning lets the call in progress
     # finish within the run's --grace; the run ends the worker if it does not.
@@ -253,6 +257,7 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
         num, attempt, line = message
         os.environ[TASKNUM_VAR] = str(num)
         os.environ[ATTEMPT_VAR] = str(attempt)
+        _mark(mark, b"begin")
         try:
             reply: tuple[Any, ...] = ("done", me, num, attempt, _items(func(line)))
         except SystemExit as e:
@@ -271,12 +276,20 @@ def main(spec: str, tasks_fd: int, results_fd: int) -> None:
             text = "".join(traceback.format_exception(type(e), e, tb))
             reply = ("raised", me, num, attempt, text, 1)
         _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
-        _flush_prints()  # before the result: the run reads the prints first
+        _mark(mark, b"end")  # before the result: the run reads the prints first
         try:
             _send(results, reply)
         except ValueError as e:  # marshal: an unmarshallable value inside a record
             why = f"the records could not be passed back: {e}\n"
             _send(results, ("raised", me, num, attempt, why, 1))
+
+
+def _mark(mark: bytes, what: bytes) -> None:
+    """What was printed so far flushed, then the mark of a call's begin or end."""
+    _flush_prints()
+    if mark:
+        with contextlib.suppress(OSError):  # FUNC closed its stdout: its prints are lost too
+            os.write(1, mark + what + b"\n")
 
 
 def _not_forked(me: int, code: int) -> None:
@@ -328,10 +341,11 @@ class Worker:
         # import path: the worker imports this module, and FUNC's, as the run could.
         home = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         path = [home] + [os.path.abspath(p) for p in sys.path if p]
+        self._mark = b"\0zotsink " + os.urandom(8).hex().encode() + b" "
         code = (
             f"import sys; sys.path[:0] = {path!r}; "
             "from zotsink._run.worker import main; "
-            f"main({spec!r}, {tasks_r}, {results_w})"
+            f"main({spec!r}, {tasks_r}, {results_w}, {self._mark!r})"
         )
         try:
             self.popen: subprocess.Popen[bytes] = subprocess.Popen(
@@ -361,9 +375,8 @@ class Worker:
         self.sent: tuple[int, int] | None = None  # (tasknum, attempt) of the call it runs
         self.ready = False
         self.closed = False
-        self._sinks = prints_to
         self._cutter = LineCutter(max_line)
-        self._prints_to = prints_to(0, 0)  # task 0 until it runs one
+        self._prints_to = _Prints(self._mark, prints_to)
         self.task: Any = None  # what the run calls the task it runs (None: idle)
 
     def send(self, task: Any, num: int, attempt: int, line: str) -> bool:
@@ -371,7 +384,7 @@ class Worker:
         ends); False when it is gone."""
         self.task = task
         self.sent = (num, attempt)
-        self._prints_to = self._sinks(num, attempt)
+        self._prints_to.sent = (num, attempt)
         data = marshal.dumps((num, attempt, line))
         try:
             self._tasks.write(_LEN.pack(len(data)) + data)
@@ -452,7 +465,7 @@ class Worker:
         self.take_prints(last=True)  # still under its task: sent before the result
         task, self.task = self.task, None
         self.sent = None
-        self._prints_to = self._sinks(0, 0)
+        self._prints_to.returned()
         return task
 
     def exit_code(self, wait: float) -> int:
@@ -484,6 +497,71 @@ class Worker:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+
+
+class _Prints:
+    """A worker's prints, each where its marks say: under the task whose call made it,
+    else under task 0 (see the module's docstring). A
+    :class:`~zotsink._core.pump.LineSink`."""
+
+    def __init__(self, mark: bytes, prints_to: Callable[[int, int], LineSink]) -> None:
+        self._mark = mark
+        self._sinks = prints_to
+        self._to = prints_to(0, 0)  # task 0 until a call begins
+        self.sent: tuple[int, int] | None = None  # the call the worker was sent
+        self._after: tuple[int, int] | None = None  # the call that returned last
+        self._told = False  # the line that says what follows it was written
+
+    def lines(self, block: bytes) -> None:
+        at = block.find(self._mark)
+        while at >= 0:
+            if at:
+                head = block[:at]
+                self._out(head if head.endswith(b"\n") else head + b"\n")
+            end = block.find(b"\n", at)
+            self._switch(block[at + len(self._mark) : end])
+            block = block[end + 1 :]
+            at = block.find(self._mark)
+        if block:
+            self._out(block)
+
+    def _switch(self, what: bytes) -> None:
+        if what == b"begin" and self.sent is not None:
+            self._to = self._sinks(*self.sent)
+            self._after = None
+        elif what == b"end":
+            self._after, self.sent = self.sent, None
+            self._to = self._sinks(0, 0)
+            self._told = False
+
+    def _out(self, block: bytes) -> None:
+        if self._after is not None and not self._told and self._to is not None:
+            num, attempt = self._after
+            self._told = True
+            self._to.lines(
+                f"zotsink: printed by the worker after the call of task {num}.{attempt} "
+                "returned (by a thread it started?):\n".encode()
+            )
+        self._to.lines(block)
+
+    def returned(self) -> None:
+        """The call ended (its result came, or its worker died without its end mark): what
+        follows is not its."""
+        if self.sent is None:
+            return  # its end mark came
+        self._after = self.sent
+        self.sent = None
+        self._to = self._sinks(0, 0)
+        self._told = False
+
+    def long_begin(self, head: bytes) -> None:
+        self._to.long_begin(head)
+
+    def long_more(self, piece: bytes) -> None:
+        self._to.long_more(piece)
+
+    def long_end(self, size: int, how: str) -> None:
+        self._to.long_end(size, how)
 
 
 def _pidfd(pid: int) -> int | None:
