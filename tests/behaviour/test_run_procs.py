@@ -337,3 +337,25 @@ def test_a_second_ctrl_c_ends_the_grace(tmp_path: Path) -> None:
                 os.killpg(group, signal.SIGKILL)
     assert p.returncode == 128 + signal.SIGINT, err.decode()
     assert ends(tmp_path)[DEAF][0]["status"] == "interrupted"
+
+
+def test_a_large_result_is_held_as_a_commands_output_not_copied_whole(tmp_path: Path) -> None:
+    (tmp_path / "big.py").write_text(
+        "def big(line):\n    return ('x' * 63 + '\\n') * (1 << 20)  # 64 MiB of lines\n"
+    )
+    tasks(tmp_path, "t1")
+    p = subprocess.Popen(
+        [*ZOTSINK, "run", "tasks.txt", "out.txt", "--call", "big.py:big"],
+        cwd=tmp_path,
+        env=_env(),
+        stderr=subprocess.PIPE,
+    )
+    assert p.stderr is not None
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0, err.decode()
+    assert (tmp_path / "out.txt").stat().st_size == 64 << 20
+    # the larger of the run and its worker (which holds the function's own string): not the
+    # five copies of the whole result a frame of it cost
+    assert usage.ru_maxrss < 170 << 10, usage.ru_maxrss

@@ -411,6 +411,9 @@ class Pool:
                 self.idle.append(worker)
             elif kind == "unloadable":
                 self._unloadable(worker, frame[2])
+            elif kind == "part":  # a large result's items, ahead of its end
+                for item_kind, value in frame[4]:
+                    worker.task.item(item_kind, value)
             else:
                 self._returned(worker, frame)
         if ended or dead:
@@ -436,6 +439,7 @@ class Pool:
             for kind, value in frame[4]:
                 a.item(kind, value)
         else:
+            a.drop_records()  # a result's items sent ahead of the exception are not its
             text, code = frame[4], frame[5]
             log = self.output.log_lines(a.task.num, a.attempt)
             for line in text.splitlines():

@@ -45,7 +45,7 @@ import struct
 import sys
 import time
 import traceback  # before FUNC's module, which may shadow what traceback imports
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from .._core.pump import LineCutter, LineSink
@@ -60,9 +60,14 @@ if TYPE_CHECKING:
 __all__ = ["WORKER_VAR", "Worker", "call_spec", "function_spec", "main", "refuse_nested_run"]
 
 _LEN: Final = struct.Struct(">I")
-#: Kinds of result items.
+#: Kinds of result items: text of lines (its last piece), one record by name, a piece of
+#: text that the next item goes on with.
 LINES: Final = 0
 RECORD: Final = 1
+PIECE: Final = 2
+#: Bytes of result items in one frame, about: a large result comes in frames of this size,
+#: held by the run as a command's output is (memory, then a file), never copied whole.
+PART_SIZE: Final = 1 << 20
 #: The plain value types marshal carries as they are (exactly these: marshal refuses a
 #: subclass, or dumps a NumPy scalar's raw buffer); other values become their record text.
 _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
@@ -70,7 +75,7 @@ _PLAIN: Final = frozenset((str, int, float, bool, bytes, type(None)))
 WORKER_VAR: Final = "ZOTSINK_WORKER_PID"
 _READ_SIZE: Final = 1 << 16
 #: The length of each kind of frame a worker sends (see the module's docstring).
-_SIZES: Final = {"ready": 2, "unloadable": 3, "done": 5, "raised": 6}
+_SIZES: Final = {"ready": 2, "unloadable": 3, "part": 5, "done": 5, "raised": 6}
 
 
 def call_spec(spec: str) -> str:
@@ -180,32 +185,56 @@ def _lines(v: str | bytes) -> str | bytes:
     return str.__str__(v) if isinstance(v, str) else bytes(v)
 
 
-def _items(result: Any) -> list[tuple[int, Any]]:
+def _items(result: Any) -> Iterator[tuple[int, Any]]:
     """FUNC's return value as result items (see the module's docstring)."""
     if result is None:
-        return []
+        return
     if isinstance(result, (str, bytes)):
-        return [(LINES, _lines(result))]
-    if isinstance(result, Mapping):
-        return [(RECORD, {str(k): _value(v) for k, v in result.items()})]
-    if isinstance(result, Iterable):
-        items: list[tuple[int, Any]] = []
+        yield from _text(result)
+    elif isinstance(result, Mapping):
+        yield (RECORD, {str(k): _value(v) for k, v in result.items()})
+    elif isinstance(result, Iterable):
         for r in result:
             if r is None:
                 continue
             if isinstance(r, (str, bytes)):
-                items.append((LINES, _lines(r)))
+                yield from _text(r)
             elif isinstance(r, Mapping):
-                items.append((RECORD, {str(k): _value(v) for k, v in r.items()}))
+                yield (RECORD, {str(k): _value(v) for k, v in r.items()})
             else:
                 raise TypeError(
                     f"a task's records are str or mappings; this one is a {type(r).__name__}"
                 )
-        return items
-    raise TypeError(
-        "the function returned a "
-        f"{type(result).__name__}: return None, a str, a mapping or an iterable of those"
-    )
+    else:
+        raise TypeError(
+            "the function returned a "
+            f"{type(result).__name__}: return None, a str, a mapping or an iterable of those"
+        )
+
+
+def _text(v: str | bytes) -> Iterator[tuple[int, Any]]:
+    """A str or bytes result as items: one, or pieces of a frame's size when it is large."""
+    if len(v) <= PART_SIZE:
+        yield (LINES, _lines(v))
+        return
+    for at in range(0, len(v), PART_SIZE):
+        last = at + PART_SIZE >= len(v)
+        yield (LINES if last else PIECE, _lines(v[at : at + PART_SIZE]))
+
+
+def _reply(results: IO[bytes], me: int, num: int, attempt: int, result: Any) -> tuple[Any, ...]:
+    """The items of FUNC's result: those past a frame's size sent ahead as ``part`` frames,
+    the rest as the ``done`` frame returned (to be sent once the prints are flushed)."""
+    items: list[tuple[int, Any]] = []
+    size = 0
+    for item in _items(result):
+        items.append(item)
+        value = item[1]
+        size += len(value) if item[0] != RECORD else 64 + 32 * len(value)
+        if size >= PART_SIZE:
+            _send(results, ("part", me, num, attempt, items))
+            items, size = [], 0
+    return ("done", me, num, attempt, items)
 
 
 def _send(f: IO[bytes], message: tuple[Any, ...]) -> None:
@@ -259,7 +288,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
         os.environ[ATTEMPT_VAR] = str(attempt)
         _mark(mark, b"begin")
         try:
-            reply: tuple[Any, ...] = ("done", me, num, attempt, _items(func(line)))
+            reply: tuple[Any, ...] = _reply(results, me, num, attempt, func(line))
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             _not_forked(me, code)
@@ -407,6 +436,8 @@ class Worker:
                 ended = True
                 break
             self._buf += chunk
+            if len(self._buf) > PART_SIZE + _READ_SIZE:
+                break  # a large result: this much now, the rest at the next poll
         out = []
         while len(self._buf) >= _LEN.size:
             (size,) = _LEN.unpack_from(self._buf)
