@@ -87,6 +87,7 @@ _LAZY = {
     "UsageError": "zotsink.errors",
     "RecordError": "zotsink.errors",
     "HeaderMismatch": "zotsink.errors",
+    "HoldError": "zotsink.errors",
     "InputError": "zotsink.errors",
     "LockError": "zotsink.errors",
     "LockTimeout": "zotsink.errors",
@@ -150,6 +151,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,
+        HoldError,
         InputError,
         LockError,
         LockTimeout,

@@ -150,6 +150,7 @@ def _stream(
         eng.rescue(e)  # saves what was read; raises what the caller should see
     finally:
         outlet.close()
+    outlet.repeated_headers = eng.blocks.repeats
     o = outlet.outcome()
     return StreamReport(
         records=o.records,

@@ -11,6 +11,7 @@ callers can catch either way::
     ├── LockError(OSError)              no lock kind works on this filesystem
     │   └── LockTimeout(TimeoutError)   the lock was not had within the timeout
     └── WriteError(OSError)             OUT could not be written
+        └── HoldError                   output held until its end could be kept nowhere
 
     ZotsinkWarning(UserWarning)         worth knowing, does not stop the work
 
@@ -27,6 +28,7 @@ from typing import Any
 
 __all__ = [
     "HeaderMismatch",
+    "HoldError",
     "InputError",
     "LockError",
     "LockTimeout",
@@ -102,3 +104,10 @@ class WriteError(ZotsinkError, OSError):
 
 class ZotsinkWarning(UserWarning):
     """Something the user should know that does not stop the work (e.g. a lock fallback)."""
+
+
+class HoldError(WriteError):
+    """Output held until it ends (one ``run`` attempt's records, a line over the limit)
+    could be kept neither in memory nor in a temporary file, in ``$TMPDIR`` or beside OUT
+    (both full): those lines are not in OUT, and the message says so. Raised per attempt,
+    so that the attempt fails and the run goes on."""

@@ -18,6 +18,13 @@ fsynced), reading the pipes, the log.
 
 Runs alternate (run, xargs, tiny, then the next round in rotated order); each figure is the
 median over the rounds, ratios are taken per round. Prints numbers, never asserts one.
+
+With ``--root OTHER`` (another source tree, e.g. a checkout of an older commit) the ``run``
+way and the overhead run a second time per round with OTHER's zotsink (``python -m zotsink``
+with OTHER first on PYTHONPATH), alternating with this tree's, and the ratio this/OTHER is
+printed: a change is measured turn about against the tree before it, in one invocation.
+
+    .venv/bin/python scripts/bench/run.py --root /tmp/before
 """
 
 from __future__ import annotations
@@ -41,11 +48,19 @@ def zotsink() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "zotsink"]
 
 
-def timed(cmd: list[str] | str, cwd: Path, stdin: Path | None = None) -> float:
+def timed(
+    cmd: list[str] | str, cwd: Path, stdin: Path | None = None, env: dict[str, str] | None = None
+) -> float:
     t0 = time.perf_counter()
     with open(stdin or os.devnull, "rb") as f:
         subprocess.run(
-            cmd, cwd=cwd, stdin=f, shell=isinstance(cmd, str), check=True, stdout=subprocess.DEVNULL
+            cmd,
+            cwd=cwd,
+            stdin=f,
+            shell=isinstance(cmd, str),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=env,
         )
     return time.perf_counter() - t0
 
@@ -77,10 +92,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, help="alternating rounds [5]")
     ap.add_argument("--dir", help="where to run (default: a temporary directory)")
     ap.add_argument("--overhead-only", action="store_true", help="only run's own per-task overhead")
+    ap.add_argument("--root", help="another source tree whose run to alternate with this one's")
     args = ap.parse_args()
     n = args.tasks or (200 if args.quick else 2000)
     rounds = args.rounds or (1 if args.quick else 5)
-    zs = zotsink()
+    # against another tree both start the same way (python -m zotsink), each its own tree
+    zs = [sys.executable, "-m", "zotsink"] if args.root else zotsink()
     base = Path(tempfile.mkdtemp(prefix="zotsink-bench-run-", dir=args.dir))
     (base / "proc.py").write_text(PROC)
     (base / "tasks.txt").write_text("".join(f"img_{i:05d}.jpg\n" for i in range(1, n + 1)))
@@ -102,12 +119,34 @@ def main() -> None:
             base / "tasks.txt",
         ),
     }
+    other_env = None
+    if args.root:
+        other_env = {**os.environ, "PYTHONPATH": str(Path(args.root).resolve())}
+        other_zs = [py, "-m", "zotsink"]
+        ways["run@root"] = lambda d: timed(
+            [
+                *other_zs,
+                "run",
+                "../tasks.txt",
+                "out.tsv",
+                "--kv",
+                "--jobs",
+                "2",
+                "--",
+                py,
+                "../proc.py",
+            ],
+            d,
+            env=other_env,
+        )
     print(f"# zotsink run benchmark: {n} tasks, {rounds} rounds, {time.strftime('%F %T %Z')}")
     print(
         f"# {os.uname().nodename}, {os.cpu_count()} CPUs, "
         f"uptime: {os.popen('uptime').read().strip()}"
     )
     print(f"# in {base}")
+    if args.root:
+        print(f"# run@root: {args.root}")
     if args.overhead_only:
         ways = {}
     times: dict[str, list[float]] = {k: [] for k in ways}
@@ -128,7 +167,7 @@ def main() -> None:
             f"{name:6s} median {statistics.median(ts):7.2f} s  "
             f"({min(ts):.2f}-{max(ts):.2f})  {n / statistics.median(ts):6.0f} tasks/s"
         )
-    for other in ("xargs", "tiny") if ways else ():
+    for other in [o for o in ("xargs", "tiny", "run@root") if o in ways]:
         ratios = [a / b for a, b in zip(times["run"], times[other])]
         print(
             f"run / {other}: median {statistics.median(ratios):.2f} "
@@ -138,6 +177,7 @@ def main() -> None:
     # Per-task overhead of run: tasks of `true`, one at a time.
     run_t: list[float] = []
     loop_t: list[float] = []
+    root_t: list[float] = []
     for r in range(rounds):
         d = base / f"true-{r}"
         d.mkdir()
@@ -147,6 +187,16 @@ def main() -> None:
             ),
             lambda: loop_t.append(spawn_loop(n)),
         ]
+        if other_env is not None:
+            pair.append(
+                lambda d=d: root_t.append(
+                    timed(
+                        [py, "-m", "zotsink", "run", "../tasks.txt", "root.txt", "--", "true"],
+                        d,
+                        env=other_env,
+                    )
+                )
+            )
         for f in pair if r % 2 == 0 else pair[::-1]:
             f()
         shutil.rmtree(d)
@@ -159,6 +209,12 @@ def main() -> None:
         f"run's own overhead per task: median {statistics.median(per):.2f} ms "
         f"({min(per):.2f}-{max(per):.2f}), target <= 5 ms"
     )
+    if root_t:
+        ratios = [a / b for a, b in zip(run_t, root_t)]
+        print(
+            f"true x{n}: run@root median {statistics.median(root_t):.2f} s; this/root "
+            f"median {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+        )
     print(f"# uptime after: {os.popen('uptime').read().strip()}")
     shutil.rmtree(base)
 

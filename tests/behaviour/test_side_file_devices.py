@@ -86,3 +86,27 @@ def test_lines_meant_for_a_device_are_never_spilled_beside_it(
     finally:
         if os.path.dirname(path) == "/dev":  # the old tree spilled into /dev: clean it up
             os.unlink(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_device_at_out_rejects_keeps_the_refused_lines(tmp_path: Path) -> None:
+    """OUT.rejects is made only when a line is refused: a device planted there refuses it
+    at open, and the refused line is saved beside OUT, never lost."""
+    out = tmp_path / "out.tsv"
+    out.write_text("a\tb\n")
+    rejects = tmp_path / "out.tsv.rejects"
+    os.mknod(rejects, 0o600 | 0o020000, os.makedev(1, 3))  # a character device, as /dev/null
+    (tmp_path / "spills").mkdir()
+    r = subprocess.run(
+        [*ZOTSINK, "--columns", "a,b", str(out)],
+        input=b"1\t2\nonly-one-field\n",
+        capture_output=True,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert r.returncode != 0, r.stderr
+    assert out.read_bytes() == b"a\tb\n1\t2\n"
+    saved = [p for p in tmp_path.iterdir() if ".spill." in p.name]
+    saved += list((tmp_path / "spills").iterdir())
+    assert any(b"only-one-field" in p.read_bytes() for p in saved), (saved, r.stderr)
+    assert b"only-one-field" not in out.read_bytes()

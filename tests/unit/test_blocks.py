@@ -9,7 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zotsink._core import pump
-from zotsink._core.records import count_newlines, uniform_fields
+from zotsink._core.blocks import BlockEncoder, Held
+from zotsink._core.kv import kv_shaped
+from zotsink._core.records import Encoder, count_newlines, uniform_fields
 
 
 def _block(lengths: list[int], fill: bytes) -> bytes:
@@ -75,3 +77,49 @@ def test_pad_heap_asks_glibc_and_nothing_elsewhere(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(os, "confstr", refuse)
     assert pump.pad_heap(1 << 20) is False
+
+
+@pytest.mark.parametrize(
+    ("line", "fmt", "shaped"),
+    [
+        (b"filename:img1.png min:1 max:9", "tsv", True),
+        (b"a=1\tb=2", "tsv", True),
+        (b"a:1,b:2", "csv", True),
+        (b"a\tb\tc", "tsv", False),
+        (b"filename:my image.jpg", "tsv", False),  # a word that is no key:value token
+        (b"http://example.org/x", "tsv", False),
+        (b"", "tsv", False),
+    ],
+)
+def test_kv_shaped_is_every_field_a_key_value_token(line: bytes, fmt: str, shaped: bool) -> None:
+    assert kv_shaped(line, fmt) is shaped
+
+
+@pytest.mark.parametrize("limit", [1 << 20, 16])  # in memory, and in its temporary file
+def test_held_drop_first_leaves_out_only_that_first_line(tmp_path, limit: int) -> None:
+    held = Held(limit=limit, out=str(tmp_path / "out.tsv"))
+    held.add(b"a\tb\n1\t2\n", 2)
+    held.add(b"3\t4\n", 1)
+    assert not held.drop_first(b"1\t2\n")  # not the first line
+    assert held.drop_first(b"a\tb\n")
+    assert not held.drop_first(b"1\t2\n")  # once only
+    assert (held.size, held.count) == (8, 2)
+    assert b"".join(held.chunks()) == b"1\t2\n3\t4\n"
+    assert held.in_memory() in (None, b"1\t2\n3\t4\n")
+    held.close()
+
+
+def test_a_block_keeps_the_first_line_of_a_new_out_and_drops_its_repeats() -> None:
+    enc = Encoder("tsv")
+    enc.out_new = True
+    blocks = BlockEncoder(enc.like(), None)
+    data, _ = blocks.encode(b"a\tb\n1\t2\na\tb\n")
+    assert bytes(data) == b"a\tb\n1\t2\n" and blocks.kept_header == b"a\tb\n"
+    data, _ = blocks.encode(b"a\tb\n3\t4\n")
+    assert bytes(data) == b"3\t4\n" and blocks.repeats == 2
+    # OUT not new and its first line known: every copy of it goes
+    enc = Encoder("tsv")
+    enc.out_header = b"a\tb\n"
+    blocks = BlockEncoder(enc.like(), None)
+    data = blocks.encode(b"a\tb\n5\t6\n", bytearray(b"a\tb\n5\t6\n"), 0)[0]
+    assert (bytes(data), blocks.repeats, blocks.kept_header) == (b"5\t6\n", 1, None)

@@ -24,8 +24,8 @@ import os
 from collections.abc import Iterator
 from typing import IO, Final, Protocol
 
-from ..errors import RecordError, UsageError
-from .kv import parse_kv
+from ..errors import HoldError, RecordError, UsageError
+from .kv import kv_shaped, parse_kv
 from .pump import pad_heap
 from .records import MAX_LINE, Encoder, count_newlines, uniform_fields
 from .stamp import utc_now
@@ -37,7 +37,9 @@ __all__ = [
     "Chunked",
     "Held",
     "LongLine",
+    "Overflow",
     "lines_of",
+    "overflow_dirs",
 ]
 
 #: The count BlockEncoder.encode gives for lines that pass through without being counted.
@@ -90,6 +92,20 @@ class BlockEncoder:
         self.offset = 0  # input bytes before the next block
         self.rejects: list[tuple[str, bytes]] = []
         self.padded = False  # pad_heap() was called: after PAD_AFTER bytes of numbered lines
+        # OUT's header as a raw input line shows it (the data columns, or OUT's first line
+        # when the encoder writes none): a line equal to it is that header again, printed by
+        # a producer that writes its own (pandas' to_csv), and is dropped, counted.
+        raw = kv is None and enc.fmt != "lines"
+        self.header = (enc.data_header_line() or enc.out_header) if raw else None
+        self.repeats = 0  # repeated header lines dropped
+        # Into an empty OUT that gets no header of its own, the first line becomes the
+        # header: it is looked at once (key:value records are no header), then kept.
+        self.first = raw and enc.columns is None and enc.out_new
+        self._keep_start = False  # the next block starts with that first line: it stays
+        # That first line, kept: another writer's (another task's) may land first in OUT,
+        # and then this one is the header again, for its owner to drop (Held.drop_first).
+        self.kept_header: bytes | None = None
+        self.refusal: str | None = None  # why every line is refused: the first looked wrong
 
     def place(self, start: int) -> str:
         """The name of a refused line that starts at input offset ``start`` (0-based):
@@ -119,7 +135,14 @@ class BlockEncoder:
         src = buf if buf is not None else block
         end = at + len(block)
         start = self.offset
+        if self.first and end > at:
+            self._first_line(src, at, end)
+        keep, self._keep_start = self._keep_start, False
         self.offset += len(block)
+        if self.refusal is not None:
+            return self._refuse_all(bytes(block), start)
+        if self.header is not None and self._repeats_header(src, at, end, keep):
+            return self._encode_lines(bytes(block), start, keep)  # drops them, line by line
         # The read buffer never holds a whole line over the limit (see LineReader.fill).
         if (
             self.kv is None
@@ -145,7 +168,44 @@ class BlockEncoder:
                 n = (len(stamped) - len(block) - 1) // len(prefix) - 1
                 self.line_no += n
                 return memoryview(stamped)[1 : len(stamped) - len(prefix)], n
-        return self._encode_lines(bytes(block), start)
+        return self._encode_lines(bytes(block), start, keep)
+
+    def _first_line(self, src: bytes | bytearray | memoryview, at: int, end: int) -> None:
+        """The first line into an empty OUT that gets no header of its own: it becomes the
+        header, unless it looks like key:value records (``--kv`` forgotten), when every
+        line is refused instead (see :func:`kv_shaped`)."""
+        self.first = False
+        if isinstance(src, memoryview):
+            src, at, end = bytes(src[at:end]), 0, end - at
+        nl = src.find(b"\n", at, end)
+        line = bytes(src[at : nl if nl >= 0 else end])
+        if kv_shaped(line, self.enc.fmt):
+            self.refusal = "looks like key:value records: pass --kv (or --columns NAMES)"
+        elif line.strip():
+            self.header = self.kept_header = line + b"\n"
+            self._keep_start = True
+
+    def _repeats_header(
+        self, src: bytes | bytearray | memoryview, at: int, end: int, keep: bool
+    ) -> bool:
+        """Whether the block holds the header line again: two C-speed searches."""
+        h = self.header
+        assert h is not None
+        if isinstance(src, memoryview):
+            src = bytes(src[at:end])
+            at, end = 0, len(src)
+        if not keep and src.startswith(h, at, end):
+            return True
+        return src.find(b"\n" + h, at, end) >= 0
+
+    def _refuse_all(self, block: bytes, start: int) -> tuple[bytes, int]:
+        """Every line to the rejects, with the reason the first one gave."""
+        at = start
+        for line in block.split(b"\n")[:-1]:
+            self.line_no += 1
+            self.rejects.append((f"{self.place(at)}: {self.refusal}", line))
+            at += len(line) + 1
+        return b"", 0
 
     def _fast_count(self, src: bytes | bytearray | memoryview, at: int, end: int) -> int:
         """The block's line count when every line has the header's field count (or no
@@ -166,16 +226,22 @@ class BlockEncoder:
         assert cols is not None
         return uniform_fields(src, sep, len(cols), at, end)  # records' one field-count rule
 
-    def _encode_lines(self, block: bytes, start: int) -> tuple[bytes, int]:
-        """Line by line: the slow path, for blocks holding a line that may be refused."""
+    def _encode_lines(self, block: bytes, start: int, keep: bool = False) -> tuple[bytes, int]:
+        """Line by line: the slow path, for blocks holding a line that may be refused or the
+        header again (``keep``: the first line is the header of an empty OUT: it stays)."""
         now = utc_now() if self.stamp_time else None
         enc = self.enc
         prefix = enc.stamp_prefix(now) if enc.stamp and self.kv is None else b""
         out: list[bytes] = []
         at = start - 1  # before the newline that ends the line before the block
+        header = None if self.header is None else self.header[:-1]
         for line in block.split(b"\n")[:-1]:
             self.line_no += 1
             start, at = at + 1, at + 1 + len(line)
+            if line == header and not keep:
+                self.repeats += 1  # kv input has no header line to repeat: header is None
+                continue
+            keep = False
             if self.kv is not None:
                 try:
                     if b"\0" in line:
@@ -202,31 +268,142 @@ class BlockEncoder:
         return b"".join(out), len(out)
 
 
+def overflow_dirs(out: str | None, *, local_first: bool) -> list[str | None]:
+    """Where a temporary file for bytes that overflow memory may go, in the order tried:
+    ``$TMPDIR`` (None: :mod:`tempfile`'s choice, node-local and fast) and the directory of
+    OUT (``out``; on the filesystem that is meant to hold these bytes anyway). The one rule
+    for :class:`Overflow`: ``local_first`` is for output that usually fits (a task's held
+    records), the other order for what may be far larger than node-local space (a line over
+    the limit)."""
+    if out is None:
+        return [None]
+    beside = os.path.dirname(os.path.abspath(out))
+    return [None, beside] if local_first else [beside, None]
+
+
+def _place(d: str | None) -> str:
+    if d is None:
+        import tempfile
+
+        return f"$TMPDIR ({tempfile.gettempdir()})"
+    return f"beside OUT ({d})"
+
+
+class Overflow:
+    """Bytes kept in a private unlinked temporary file: in the first of
+    :func:`overflow_dirs` that takes them. When a write fails there (a full ``$TMPDIR``),
+    what was written so far moves to the next place and the write goes on there; when no
+    place takes them, :class:`~zotsink.errors.HoldError` says what was tried and why."""
+
+    def __init__(self, out: str | None, *, local_first: bool, what: str) -> None:
+        self._dirs = overflow_dirs(out, local_first=local_first)
+        self._what = what  # the bytes, as the error names them
+        self._tried: list[str] = []
+        self.file: IO[bytes] | None = None
+        self.size = 0  # bytes kept
+        self._move(b"")
+
+    def write(self, data: bytes | memoryview) -> None:
+        assert self.file is not None
+        try:
+            _write_all(self.file, data)
+        except OSError as e:
+            self._tried.append(f"{_place(self._dirs[0])}: {e.strerror or e}")
+            self._dirs.pop(0)
+            self._move(data)
+            return
+        self.size += len(data)
+
+    def _move(self, data: bytes | memoryview) -> None:
+        """Open a file in the next place that takes what is kept so far and ``data``."""
+        import tempfile
+
+        old = self.file
+        while self._dirs:
+            d = self._dirs[0]
+            try:
+                # Closed by close(), which every owner reaches.
+                new: IO[bytes] = tempfile.TemporaryFile(dir=d, buffering=0)  # noqa: SIM115
+            except OSError as e:
+                self._tried.append(f"{_place(d)}: {e.strerror or e}")
+                self._dirs.pop(0)
+                continue
+            try:
+                if old is not None:
+                    for piece in _read_back(old, self.size):
+                        _write_all(new, piece)
+                _write_all(new, data)
+            except OSError as e:
+                new.close()
+                self._tried.append(f"{_place(d)}: {e.strerror or e}")
+                self._dirs.pop(0)
+                continue
+            if old is not None:
+                old.close()
+            self.file = new
+            self.size += len(data)
+            return
+        if old is not None:
+            old.close()
+        self.file = None
+        raise HoldError(
+            f"{self._what} ({self.size + len(data)} bytes) could not be kept in a temporary "
+            f"file: {'; '.join(self._tried)}. These lines are not in OUT: free space there "
+            "(or point $TMPDIR at a larger filesystem)"
+        )
+
+    def chunks(self) -> Iterator[bytes]:
+        """What is kept, in pieces, from its start."""
+        if self.file is not None:
+            yield from _read_back(self.file, self.size)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _write_all(f: IO[bytes], data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = f.write(view)  # unbuffered: a short write says where the disk filled
+        view = view[n or 0 :]
+
+
+def _read_back(f: IO[bytes], size: int) -> Iterator[bytes]:
+    f.seek(0)
+    left = size
+    while left > 0:
+        piece = f.read(min(left, 1 << 20))
+        if not piece:
+            return
+        left -= len(piece)
+        yield piece
+
+
 class LongLine:
     """A line over the limit, kept in a temporary file until its end, then refused whole."""
 
     def __init__(self, out: str, where: str) -> None:
-        import tempfile
-
         self.out = out
         self.where = where  # the line's name in OUT.rejects: "line N" or "byte N"
-        self.size = 0  # bytes so far, newline not included
-        try:  # beside OUT: node-local /tmp may be far smaller than a line can be
-            # Closed by close(), which every path that creates one reaches.
-            self.tmp: IO[bytes] = tempfile.TemporaryFile(dir=os.path.dirname(out) or ".")  # noqa: SIM115
-        except OSError:
-            self.tmp = tempfile.TemporaryFile()  # noqa: SIM115
+        # Beside OUT first: node-local /tmp may be far smaller than a line can be.
+        self.tmp = Overflow(out, local_first=False, what=f"a line over the limit ({where})")
+
+    @property
+    def size(self) -> int:
+        """Bytes so far, newline not included."""
+        return self.tmp.size
 
     def add(self, piece: bytes | memoryview) -> None:
         self.tmp.write(piece)
-        self.size += len(piece)
 
     def refused(self, reason: str) -> Chunked:
         """The line as one record of OUT.rejects, ``reason<TAB>line``: a :class:`Chunked`
         block read back from the temporary file, not from the producer, so that the lock is
         held only as long as a local copy takes. :meth:`close` once it is appended or saved.
         """
-        return _Refused(reason.encode() + b"\t", self.tmp, self.size)
+        return _Refused(reason.encode() + b"\t", self.tmp)
 
     def close(self) -> None:
         self.tmp.close()
@@ -235,24 +412,17 @@ class LongLine:
 class _Refused:
     """A line over the limit with its reason in front: :meth:`LongLine.refused`."""
 
-    def __init__(self, head: bytes, tmp: IO[bytes], size: int) -> None:
+    def __init__(self, head: bytes, tmp: Overflow) -> None:
         self._head = head
         self._tmp = tmp
-        self.size = len(head) + size + 1
+        self.size = len(head) + tmp.size + 1
 
     def in_memory(self) -> bytes | None:
         return None  # over the line limit: never one bytes object
 
     def chunks(self) -> Iterator[bytes]:
-        tmp = self._tmp
-        tmp.flush()
-        tmp.seek(0)
         yield self._head
-        while True:
-            piece = tmp.read(1 << 20)
-            if not piece:
-                break
-            yield piece
+        yield from self._tmp.chunks()
         yield b"\n"
 
 
@@ -263,52 +433,77 @@ HOLD_IN_MEMORY: Final = 4 << 20
 class Held:
     """One task's encoded lines, held until the task ends, then appended in one piece.
 
-    In memory up to :data:`HOLD_IN_MEMORY` bytes, then in a private temporary file on
-    node-local disk (``$TMPDIR``): a task may print more than memory holds, and the records
-    of an attempt must reach OUT together or not at all (see ``zotsink run``).
+    In memory up to :data:`HOLD_IN_MEMORY` bytes, then in a private temporary file
+    (:class:`Overflow`): on node-local disk (``$TMPDIR``), or beside OUT (``out``) when
+    ``$TMPDIR`` is full. A task may print more than memory holds, and the records of an
+    attempt must reach OUT together or not at all (see ``zotsink run``).
+
+    :meth:`add` raises :class:`~zotsink.errors.HoldError` when neither place takes the
+    output: the attempt's records are then lost (the error says so); the owner fails that
+    attempt, closes this Held, and goes on with the others.
     """
 
-    def __init__(self, limit: int = HOLD_IN_MEMORY) -> None:
+    def __init__(self, limit: int = HOLD_IN_MEMORY, out: str | None = None) -> None:
         self._parts: list[bytes] = []
-        self._file: IO[bytes] | None = None
+        self._file: Overflow | None = None
         self._limit = limit
+        self._out = out
+        self._skip = 0  # bytes left out at the start (drop_first)
         self.size = 0  # bytes held
         self.count = 0  # records held
 
     def add(self, data: bytes | memoryview, count: int) -> None:
         if self._file is None and self.size + len(data) > self._limit:
-            import tempfile
-
-            # Closed by close(), which the owner calls once the block is appended or saved.
-            self._file = tempfile.TemporaryFile()  # noqa: SIM115
-            for part in self._parts:
-                self._file.write(part)
-            self._parts = []
+            parts, self._parts = self._parts, []
+            try:
+                self._file = Overflow(self._out, local_first=True, what="a task's output")
+                for part in parts:
+                    self._file.write(part)
+            except HoldError:
+                self.close()
+                raise
         if self._file is not None:
-            self._file.write(data)
+            try:
+                self._file.write(data)
+            except HoldError:
+                self.close()
+                raise
         else:
             self._parts.append(bytes(data))
         self.size += len(data)
         self.count += count
 
+    def drop_first(self, line: bytes) -> bool:
+        """Leave out the first line when it is ``line`` (with its newline): a task's first
+        line kept as the header of an empty OUT (:attr:`BlockEncoder.kept_header`) whose
+        piece does not land first. Before the piece's place is taken."""
+        if self._skip or not self.size or self._head(len(line)) != line:
+            return False
+        self._skip = len(line)
+        self.size -= len(line)
+        self.count -= 1
+        return True
+
+    def _head(self, n: int) -> bytes:
+        if self._file is None:
+            return b"".join(self._parts)[:n] if self._parts else b""
+        return next(self._file.chunks(), b"")[:n]  # a line is whole in the first piece
+
     def in_memory(self) -> bytes | None:
         """The whole block, when it is small enough to be in memory; else None."""
         if self._file is not None:
             return None
-        return self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        return data[self._skip :] if self._skip else data
 
     def chunks(self) -> Iterator[bytes]:
         """The block in pieces, from its start (each call reads it again)."""
-        if self._file is None:
-            yield from self._parts
-            return
-        self._file.flush()
-        self._file.seek(0)
-        while True:
-            piece = self._file.read(1 << 20)
-            if not piece:
-                return
-            yield piece
+        skip = self._skip
+        for piece in self._parts if self._file is None else self._file.chunks():
+            if skip:
+                piece, skip = piece[skip:], max(0, skip - len(piece))
+            if piece:
+                yield piece
 
     def close(self) -> None:
         if self._file is not None:

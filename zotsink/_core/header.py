@@ -16,7 +16,7 @@ from .backoff import STALE_HANDLE, tries
 from .fileio import open_regular
 from .records import Encoder, decode_row
 
-__all__ = ["Columns", "column_names", "existing_header", "make_encoder"]
+__all__ = ["Columns", "column_names", "existing_header", "first_is_header", "make_encoder"]
 
 Columns = Union[str, Sequence[str], None]
 
@@ -61,13 +61,41 @@ def existing_header(path: str) -> bytes | None:
 def make_encoder(
     path: str, fmt: str, columns: Columns, stamp: Sequence[str], *, adopt: bool
 ) -> Encoder:
-    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used."""
+    """An encoder for OUT; with ``adopt`` and no ``columns``, OUT's existing header is used.
+
+    A tsv/csv OUT's header that the encoder does not write itself (no ``columns``, none
+    adopted) is read once for :class:`~.blocks.BlockEncoder`: ``out_header`` (OUT's first
+    line) and ``out_new`` (OUT is empty or missing)."""
     columns = column_names(columns)
     enc = Encoder(fmt, columns, stamp)
-    if columns is None and adopt:
+    if columns is None and fmt != "lines":
         line = existing_header(path)
-        if line is not None:
+        if line is not None and adopt:
             names = decode_row(line.rstrip(b"\n").decode("utf-8", "surrogateescape"), fmt)
             if tuple(names[: len(enc.stamp)]) == enc.stamp and len(names) > len(enc.stamp):
                 enc.set_columns(names[len(enc.stamp) :])
+        if enc.columns is None and not enc.stamp:
+            # Raw lines into a header this encoder does not write: a line equal to OUT's
+            # header is that header again; into an empty OUT, the first line becomes it.
+            size = _size(path)
+            enc.out_header = line if line is not None and first_is_header(line, size) else None
+            enc.out_new = size == 0
     return enc
+
+
+def first_is_header(first: bytes, size: int) -> bool:
+    """Whether a table's first line (tsv, csv) is a header, from what the file holds: a
+    header is only ever written together with records, so it is one when records follow
+    it; a file that is its first line alone holds one record, and a record equal to it is
+    a record too. ``recover`` decides a spilled first line the same way."""
+    return size > len(first)
+
+
+def _size(path: str) -> int:
+    """OUT's size: 0 when it is missing, -1 when it cannot be known."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return -1

@@ -6,9 +6,16 @@ Seed-style tiny files and per-task programs print ``filename:x.jpg min:57 max:25
 
 from __future__ import annotations
 
+import re
+from typing import Final
+
 from ..errors import RecordError
 
-__all__ = ["parse_kv"]
+__all__ = ["kv_shaped", "parse_kv"]
+
+#: One ``key:value`` or ``key=value`` token as programs print them: a name, then the value
+#: (a URL's ``scheme://`` is no key).
+_KV_TOKEN: Final = re.compile(rb"[A-Za-z_][A-Za-z0-9_.-]*[:=](?!//)")
 
 
 def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
@@ -50,6 +57,15 @@ def parse_kv(line: str, sep: str | None = ":") -> dict[str, str]:
         key = k
         out[k] = value
     return out
+
+
+def kv_shaped(line: bytes, fmt: str) -> bool:
+    """Whether a line is key:value records rather than a header: every field (split by
+    whitespace as ``--kv`` splits, and by commas in csv) is ``key:value`` or ``key=value``.
+    No header looks so, and ``filename:img1.png min:1 max:9`` taken as one would name
+    OUT's single column after the first record."""
+    fields = (line.replace(b",", b" ") if fmt == "csv" else line).split()
+    return bool(fields) and all(_KV_TOKEN.match(f) for f in fields)
 
 
 def _preview(line: str, width: int = 60) -> str:

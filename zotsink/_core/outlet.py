@@ -60,6 +60,8 @@ class Outcome(NamedTuple):
     error: Exception | None  # the first LockError/WriteError/HeaderMismatch, if any
     lock_wait: float  # seconds spent waiting for the lock
     appended: int  # bytes appended
+    # lines equal to OUT's header, printed again by the producer: not written, nothing lost
+    repeated_headers: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = self._asdict()
@@ -102,6 +104,8 @@ class Outlet:
         self.spill_paths: list[str] = []
         self.rejects_file: str | None = None
         self.error: Exception | None = None
+        #: Lines equal to OUT's header that the encoder dropped (its owner adds them up).
+        self.repeated_headers = 0
         self._hurry = False  # a wait for the lock timed out and no append went through since
         self._stopping = False
         self._plain = stopper is None  # no stop to look for, no hurry: one call per block
@@ -315,6 +319,7 @@ class Outlet:
             error=self.error,
             lock_wait=self.writer.lock_wait,
             appended=self.appended,
+            repeated_headers=self.repeated_headers,
         )
 
     def close(self) -> None:

@@ -320,11 +320,24 @@ class Encoder:
         self.columns: tuple[str, ...] | None = None
         if columns is not None:
             self.set_columns(columns)
+        self._env = env
+        # What make_encoder learned of OUT for raw lines (see BlockEncoder): OUT's first line
+        # when it has one and this encoder writes no header of its own, and whether OUT was
+        # empty or missing, so that the first raw line becomes its header.
+        self.out_header: bytes | None = None
+        self.out_new = False
         env = os.environ if env is None else env
         # Everything but the time is fixed for the life of the process: compute it once.
         fixed = stamp_values([f for f in self.stamp if f != "time"], env)
         self._fixed = dict(zip([f for f in self.stamp if f != "time"], fixed))
         self._time_at = self.stamp.index("time") if "time" in self.stamp else -1
+
+    def like(self, env: Mapping[str, str] | None = None) -> Encoder:
+        """An encoder like this one (format, columns, stamp, what it knows of OUT) whose
+        stamps read ``env``: one per task of a run, each with its task number."""
+        enc = Encoder(self.fmt, self.columns, self.stamp, env=self._env if env is None else env)
+        enc.out_header, enc.out_new = self.out_header, self.out_new
+        return enc
 
     def set_columns(self, columns: Sequence[str]) -> None:
         cols = tuple(columns)
@@ -343,6 +356,14 @@ class Encoder:
         if self.columns is None:
             return None
         return self.stamp + self.columns
+
+    def data_header_line(self) -> bytes | None:
+        """The line a raw input line equal to the header has: the data columns alone (a
+        stamped OUT's header also names the stamp fields, which raw lines do not carry);
+        None when the columns are not known."""
+        if self.columns is None:
+            return None
+        return (encode_row(self.columns, self.fmt) + "\n").encode("utf-8", "surrogateescape")
 
     def header_line(self) -> bytes | None:
         """The header as a bytes line with its newline, or None when there is none."""

@@ -24,7 +24,7 @@ from .backoff import HEADER_SETTLE, tries
 from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
-from .outcheck import check_out, check_side_file
+from .outcheck import check_out
 
 __all__ = ["SYNC_POLICIES", "Writer", "first_line", "seen_first_line", "seen_to", "until_seen"]
 
@@ -128,7 +128,11 @@ class Writer:
         if sync not in SYNC_POLICIES:
             raise UsageError(f"unknown --sync policy {sync!r}: use one of auto, fsync, none")
         self.path = os.fspath(path)
-        (check_side_file if side_file else check_out)(self.path)
+        if not side_file:
+            # A side file that is a device is refused where the user names it (run's --log
+            # and --ledger); OUT.rejects, made only when a line is refused, is refused at
+            # open and its lines saved beside OUT, never lost.
+            check_out(self.path)
         self.locker = Locker(lock, self.path)
         self.fsync = sync == "fsync" or (sync == "auto" and wants_fsync(self.path))
         self._header = header

@@ -30,7 +30,7 @@ from .._core.blocks import BlockEncoder, Held, LongLine
 from .._core.outlet import Outlet
 from .._core.pump import LineCutter
 from .._core.records import MAX_LINE, Encoder
-from ..errors import RecordError, ZotsinkError
+from ..errors import HoldError, RecordError, ZotsinkError
 from .logline import LogLines
 from .tasks import Task
 from .worker import LINES, PIECE, Worker
@@ -63,7 +63,9 @@ class Output:
     def encoder(self, env: dict[str, str]) -> BlockEncoder:
         """An attempt's own encoder: its task number and attempt in its stamps."""
         tpl = self.template
-        return BlockEncoder(Encoder(tpl.fmt, tpl.columns, tpl.stamp, env=env), self.kv, count=True)
+        # like(): OUT's header as the template found it, so that each task's encoder can
+        # refuse a key:value first line of a new OUT and drop a repeated header
+        return BlockEncoder(tpl.like(env), self.kv, count=True)
 
     def encode(self, enc: BlockEncoder, block: bytes) -> tuple[bytes | memoryview, int]:
         """Lines of records, encoded with the run's columns (see :meth:`_columns`)."""
@@ -151,9 +153,10 @@ class Attempt:
         self.records = 0
         # The attempt's records, held until it ends: they reach OUT in one piece, and its
         # end row names that piece (exactly-once: see commit.append_held).
-        self.held = Held()
+        self.held = Held(out=output.out.writer.path)
         self.text: LineCutter | None = None  # a function's large text, arriving in pieces
         self.notes: list[str] = []
+        self.lost: str | None = None  # why its output could not be held: it fails
         self.reap_wait = 0.0005  # seconds until the next look for its exit
 
     # -- the process -----------------------------------------------------------------------
@@ -185,6 +188,8 @@ class Attempt:
         """The status of an attempt that ended, as its process (or call) ended."""
         if self.ended_by is not None:
             return self.ended_by  # zotsink ended it: timeout, interrupted
+        if self.lost is not None:
+            return "failed"  # its records could not all be held: none may be claimed
         code = self.returncode
         if code == 0:
             return "ok"
@@ -294,16 +299,33 @@ class Attempt:
         """Lines of records (a command's stdout, a function's returned text), held."""
         data, n = self.output.encode(self.encoder, block)
         self.records += n
-        self.held.add(data, n)
+        self._hold(data, n)
+
+    def _hold(self, data: bytes | memoryview, n: int) -> None:
+        """Hold records; when no place can take them (HoldError) the attempt fails, with
+        the error as its note, and its further output is dropped: the run goes on."""
+        if self.lost is not None:
+            return
+        try:
+            self.held.add(data, n)
+        except HoldError as e:
+            self.lost = str(e)
+            self.notes.append(self.lost)
 
     def long_begin(self, head: bytes) -> None:
         # never held whole: a line over the limit goes to a temporary file for the rejects
         self.long = self.output.long_line(f"task {self.task.num} {self.encoder.take_line()}")
-        self.long.add(head)
+        self.long_more(head)
 
     def long_more(self, piece: bytes) -> None:
         assert self.long is not None
-        self.long.add(piece)
+        if self.lost is not None:
+            return
+        try:
+            self.long.add(piece)
+        except HoldError as e:
+            self.lost = str(e)
+            self.notes.append(self.lost)
 
     def long_end(self, size: int, how: str) -> None:
         long, self.long = self.long, None
@@ -345,12 +367,12 @@ class Attempt:
             return
         self.encoder.line_no += 1
         self.records += 1
-        self.held.add(line, 1)
+        self._hold(line, 1)
 
     def drop_records(self) -> None:
         """Forget the records held (a function's result whose call then raised)."""
         self.held.close()
-        self.held = Held()
+        self.held = Held(out=self.output.out.writer.path)
         self.records = 0
         self.text = None
 
@@ -367,6 +389,7 @@ class Attempt:
             out = self.output.out
             out.reject([(f"task {self.task.num} {why}", ln) for why, ln in rejects])
             self.notes.append(f"{len(rejects)} lines refused, see {out.rejects_file}")
+        self.output.out.repeated_headers += self.encoder.repeats
 
     def end_fields(self, status: str, at: int | None, header: int, now: float) -> dict[str, Any]:
         """The fields of its end row: ``status``, and ``at`` where its records begin in OUT

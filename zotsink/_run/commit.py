@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 from .._core.batch import Batch
+from .._core.header import existing_header
 from .._core.outlet import Outlet
 from .attempt import Attempt
 
@@ -83,6 +84,7 @@ def append_held(out: Outlet, ended: list[Attempt]) -> dict[Attempt, int]:
     The records go before the rows that claim them: a crash between the two leaves lines
     no ok row claims, which readers leave out and the next run writes again."""
     places: dict[Attempt, int] = {}
+    _one_header(out, ended)
     # each piece joined once: the one block of all those held in memory, then each of the
     # pieces kept in a temporary file on its own
     pieces = {a: a.held.in_memory() for a in ended if a.held.size}
@@ -107,3 +109,21 @@ def append_held(out: Outlet, ended: list[Attempt]) -> dict[Attempt, int]:
     for a in ended:
         a.held.close()
     return places
+
+
+def _one_header(out: Outlet, ended: list[Attempt]) -> None:
+    """Into an OUT that was new when the run began (no ``--columns``), each task's first
+    line was kept as the header it would write: only the piece that lands first in OUT
+    keeps it, the others' equal first lines are dropped and counted, before any piece's
+    place is taken."""
+    kept = [a for a in ended if a.encoder.kept_header is not None and a.held.size]
+    if not kept:
+        return
+    kept.sort(key=lambda a: a.held.in_memory() is None)  # the order append_held lands them
+    first = existing_header(out.writer.path)  # a first line, once there, never changes
+    for a in kept:
+        if first is None:
+            first = a.encoder.kept_header  # lands first: OUT's header from now on
+        elif a.encoder.kept_header == first and a.held.drop_first(first):
+            a.records -= 1
+            out.repeated_headers += 1

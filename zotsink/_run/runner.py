@@ -17,6 +17,7 @@ from .._arrays import chunk_range, scheduler_index
 from .._core.fileio import same_file
 from .._core.header import make_encoder
 from .._core.options import BATCH_BYTES, MAX_TIMEOUT, WriteOptions, check_seconds, write_options
+from .._core.outcheck import check_side_file
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
@@ -278,6 +279,8 @@ def _options(
     log_path = os.fspath(log) if log is not None else out + ".log"
     if len({os.path.abspath(p) for p in (out, ledger_path, log_path)}) < 3:
         raise UsageError("OUT, --ledger and --log must be three different files")
+    for side in (ledger_path, log_path):  # named by the user: a device is refused here
+        check_side_file(side)
     named = (
         ("OUT", out, "OUT"),
         ("the ledger", ledger_path, "--ledger"),

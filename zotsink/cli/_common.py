@@ -19,6 +19,7 @@ from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
 from ..errors import (
     HeaderMismatch,
+    HoldError,
     InputError,
     LockError,
     LockTimeout,
@@ -36,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (LockTimeout, 75),
     (LockError, 74),
+    (HoldError, 74),
     (WriteError, 74),
     (UsageError, 2),
     (HeaderMismatch, 1),
@@ -122,6 +124,13 @@ def report_outcome(outcomes: Iterable[Any]) -> BaseException | None:
             click.echo(
                 f"zotsink: {counted(o.rejected, 'record')} {why}; they are in {o.rejects_path}"
                 + (f" ({o.error})" if mismatch else ""),
+                err=True,
+            )
+        if o.repeated_headers:
+            # the producer printed OUT's header again (pandas' to_csv does): not a record
+            click.echo(
+                f"zotsink: {o.repeated_headers} repeated header lines dropped "
+                f"(the same line as the header of {o.path})",
                 err=True,
             )
         if o.error is not None and not mismatch:
