@@ -24,13 +24,13 @@ the worker's alone: what FUNC starts does not inherit them, and the run sees the
 death from the process itself (a pidfd), not only from its results pipe's end.
 
 The prints come a line at a time into the log, cut by the one pipe line cutter, under the
-number of the task whose call made them: the worker writes a mark into its prints when a
-call begins and when it returns (a line with a random token of the run's, which no print
-holds by chance), after flushing what came before. What comes outside a call (the module's
-import, a thread a call started that prints on after the call returned) is logged under
-task 0, the run's own lines, the latter after a line that says which call it followed. A
-call's prints and its end mark are flushed before its result, so the result frame is where
-they end.
+number of the task the worker was sent (task 0, the run's own lines, before the first task
+and between tasks). A call that leaves a thread alive may have it print after the call
+returned: then the worker writes a mark into its prints after flushing them (a line with a
+random token of the run's, which no print holds by chance), and another when the next call
+begins; what comes between the two is logged under task 0, after a line that says which
+call it followed. A call's prints (and its mark) are flushed before its result, so the
+result frame is where they end.
 """
 
 from __future__ import annotations
@@ -278,6 +278,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
     _not_forked(me, 0)
     _flush_prints()
     _send(results, ("ready", me))
+    marked = False  # an end mark was written: the next call begins with a mark
     while True:
         message = _receive(tasks)
         _not_forked(me, 0)  # a fork that read on is no worker: it answers nothing
@@ -286,7 +287,9 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
         num, attempt, line = message
         os.environ[TASKNUM_VAR] = str(num)
         os.environ[ATTEMPT_VAR] = str(attempt)
-        _mark(mark, b"begin")
+        if marked:  # a thread of an earlier call lives on: what follows is this call's
+            _mark(mark, b"begin")
+            marked = False
         try:
             reply: tuple[Any, ...] = _reply(results, me, num, attempt, func(line))
         except SystemExit as e:
@@ -305,12 +308,21 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
             text = "".join(traceback.format_exception(type(e), e, tb))
             reply = ("raised", me, num, attempt, text, 1)
         _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
-        _mark(mark, b"end")  # before the result: the run reads the prints first
+        _flush_prints()  # before the result: the run reads the prints first
+        if mark and _threads_left():  # what they print later is not this call's
+            _mark(mark, b"end")
+            marked = True
         try:
             _send(results, reply)
         except ValueError as e:  # marshal: an unmarshallable value inside a record
             why = f"the records could not be passed back: {e}\n"
             _send(results, ("raised", me, num, attempt, why, 1))
+
+
+def _threads_left() -> bool:
+    """Whether a thread other than the worker's lives on (a call started it)."""
+    threading = sys.modules.get("threading")
+    return threading is not None and threading.active_count() > 1
 
 
 def _mark(mark: bytes, what: bytes) -> None:
@@ -413,7 +425,7 @@ class Worker:
         ends); False when it is gone."""
         self.task = task
         self.sent = (num, attempt)
-        self._prints_to.sent = (num, attempt)
+        self._prints_to.send(num, attempt)
         data = marshal.dumps((num, attempt, line))
         try:
             self._tasks.write(_LEN.pack(len(data)) + data)
@@ -543,6 +555,13 @@ class _Prints:
         self._after: tuple[int, int] | None = None  # the call that returned last
         self._told = False  # the line that says what follows it was written
 
+    def send(self, num: int, attempt: int) -> None:
+        """A call was sent: its prints are its own, at once, or after its begin mark when
+        an earlier call's thread may still print."""
+        self.sent = (num, attempt)
+        if self._after is None:
+            self._to = self._sinks(num, attempt)
+
     def lines(self, block: bytes) -> None:
         at = block.find(self._mark)
         while at >= 0:
@@ -576,14 +595,11 @@ class _Prints:
         self._to.lines(block)
 
     def returned(self) -> None:
-        """The call ended (its result came, or its worker died without its end mark): what
-        follows is not its."""
+        """The call ended (its result came, or its worker died): what follows is not its."""
         if self.sent is None:
             return  # its end mark came
-        self._after = self.sent
         self.sent = None
         self._to = self._sinks(0, 0)
-        self._told = False
 
     def long_begin(self, head: bytes) -> None:
         self._to.long_begin(head)
