@@ -199,7 +199,7 @@ class Pool:
         for w in self.workers:
             if w.pidfd is None:
                 waits.append(1.0)  # its end is looked for, not told
-            if not w.ready:
+            if not w.ready and w.began != math.inf:  # inf: its load was ended already
                 waits.append(w.began + self._load_limit() - now)
         due = [w for w in waits if w is not None]
         return max(0, math.ceil(min(due) * 1000)) if due else -1
