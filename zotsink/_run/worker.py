@@ -288,7 +288,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
         os.environ[TASKNUM_VAR] = str(num)
         os.environ[ATTEMPT_VAR] = str(attempt)
         if marked:  # a thread of an earlier call lives on: what follows is this call's
-            _mark(mark, b"begin")
+            _mark(mark, b"B")
             marked = False
         try:
             reply: tuple[Any, ...] = _reply(results, me, num, attempt, func(line))
@@ -310,7 +310,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
         _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
         _flush_prints()  # before the result: the run reads the prints first
         if mark and _threads_left():  # what they print later is not this call's
-            _mark(mark, b"end")
+            _mark(mark, b"E")
             marked = True
         try:
             _send(results, reply)
@@ -568,18 +568,19 @@ class _Prints:
             if at:
                 head = block[:at]
                 self._out(head if head.endswith(b"\n") else head + b"\n")
-            end = block.find(b"\n", at)
-            self._switch(block[at + len(self._mark) : end])
-            block = block[end + 1 :]
+            # a mark's line is the mark, one letter (B: a call begins, E: one ended), "\n"
+            end = at + len(self._mark)
+            self._switch(block[end : end + 1])
+            block = block[end + 2 :]
             at = block.find(self._mark)
         if block:
             self._out(block)
 
     def _switch(self, what: bytes) -> None:
-        if what == b"begin" and self.sent is not None:
+        if what == b"B" and self.sent is not None:
             self._to = self._sinks(*self.sent)
             self._after = None
-        elif what == b"end":
+        elif what == b"E":
             self._after, self.sent = self.sent, None
             self._to = self._sinks(0, 0)
             self._told = False
