@@ -35,13 +35,15 @@ class Stopper:
     """Catches the stop signals and wakes the reader; restores the old handlers after."""
 
     def __init__(self, signals: Sequence[int] = STOP_SIGNALS) -> None:
-        self.signum: int | None = None
+        self.signum: int | None = None  # the first stop signal
+        self.count = 0  # stop signals caught (a run ends its grace at the second)
         self._signals = signals
         self._old: dict[int, object] = {}
         self._rfd = self._wfd = -1
         self._old_wakeup = -1
 
     def _handler(self, signum: int, frame: object) -> None:
+        self.count += 1
         if self.signum is None:
             self.signum = signum
 

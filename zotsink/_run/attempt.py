@@ -33,7 +33,7 @@ from .._core.records import MAX_LINE, Encoder
 from ..errors import HoldError, RecordError, ZotsinkError
 from .logline import LogLines
 from .tasks import Task
-from .worker import LINES, Worker
+from .worker import LINES, PIECE, Worker
 
 __all__ = ["KILL_AFTER", "PIPE_LINGER", "Attempt", "Output", "Phase", "Step", "signame"]
 
@@ -161,6 +161,7 @@ class Attempt:
         # The attempt's records, held until it ends: they reach OUT in one piece, and its
         # end row names that piece (exactly-once: see commit.append_held).
         self.held = Held(out=output.out.writer.path)
+        self.text: LineCutter | None = None  # a function's large text, arriving in pieces
         self.notes: list[str] = []
         self.lost: str | None = None  # why its output could not be held: it fails
         self.reap_wait = 0.0005  # seconds until the next look for its exit
@@ -338,11 +339,25 @@ class Attempt:
         assert long is not None
         self.encoder.skip(long.size + 1)
         out = self.output.out
-        out.reject_long(long, f"over the {MAX_LINE}-byte line limit{how}")
+        if self.text is not None:  # a function's text: its line's length is known, as before
+            why = f"line of {size} bytes is over the {MAX_LINE}-byte limit"
+        else:
+            why = f"over the {MAX_LINE}-byte line limit{how}"
+        out.reject_long(long, why)
         self.notes.append(f"a line over the limit refused, see {out.rejects_file}")
 
     def item(self, kind: int, value: Any) -> None:
-        """One item of a function's result: text of lines, or one record by column name."""
+        """One item of a function's result: text of lines (or a piece of it that the next
+        item goes on with), or one record by column name."""
+        if kind == PIECE or (kind == LINES and self.text is not None):
+            raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+            if self.text is None:
+                self.text = LineCutter(MAX_LINE)  # a large text, cut as a command's stdout
+            self.text.feed(raw, self)
+            if kind == LINES:  # its last piece
+                self.text.finish(self, "")
+                self.text = None
+            return
         if kind == LINES:
             raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
             if not raw:
@@ -360,6 +375,13 @@ class Attempt:
         self.encoder.line_no += 1
         self.records += 1
         self._hold(line, 1)
+
+    def drop_records(self) -> None:
+        """Forget the records held (a function's result whose call then raised)."""
+        self.held.close()
+        self.held = Held(out=self.output.out.writer.path)
+        self.records = 0
+        self.text = None
 
     # -- its end -----------------------------------------------------------------------------
     @property

@@ -28,6 +28,7 @@ seconds what still runs gets SIGTERM and then SIGKILL. What they printed is kept
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import select
@@ -39,7 +40,7 @@ from typing import Any, Final, NamedTuple
 
 from .._core.records import MAX_LINE
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
-from .._core.stop import Stopper
+from .._core.stop import STOP_SIGNALS, Stopper
 from ..errors import ZotsinkError
 from .attempt import KILL_AFTER, Attempt, Output, signame
 from .commit import CommitGroup, append_held
@@ -59,6 +60,13 @@ HALT_AFTER: Final = 3
 #: list): the first wait, and the longest, as nothing changes.
 LOOK_FIRST: Final = 0.05
 LOOK_MOST: Final = 2.0
+#: Seconds a --call worker may take to load the function without --task-timeout (an
+#: import that hangs, a lock on a shared filesystem): then the run stops, and says why.
+LOAD_TIMEOUT: Final = 600.0
+#: Seconds a task that died of a stop signal waits before its end row is written, for the
+#: run's own stop signal to come (``scancel`` signals every process at once): it is then
+#: interrupted by a stop, not killed by somebody.
+STOP_SETTLE: Final = 2.0
 _POLL_IN: Final = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
@@ -124,6 +132,7 @@ class Pool:
             self.poller.register(stopper.wakeup_fd, select.POLLIN)
         self.pipes: dict[int, Attempt] = {}  # pipe fd -> its attempt
         self.attempts: list[Attempt] = []  # started and not ended
+        self.settling: list[tuple[Attempt, float]] = []  # died of a stop signal: until when
         self.group = CommitGroup(commit_bytes)  # ended, waiting for their commit
         self.ends: list[bytes] = []  # end rows not yet in the ledger
         self.tries: dict[int, int] = {}  # attempts in this run, per task
@@ -134,6 +143,7 @@ class Pool:
         self.failed = 0
         self.started = 0
         self.stopping = False
+        self.signals_seen = 0  # stop signals acted on (a second one ends the grace)
         self.ledger_error: Exception | None = None
         # function workers (--call): every one, the idle ones, and pipe fd -> its worker
         self.workers: list[Worker] = []
@@ -174,8 +184,12 @@ class Pool:
                 if worker is not None:
                     self._from_worker(worker, fd)
             now = time.monotonic()
+            self._tend_workers(now)
             for attempt in list(self.attempts):
                 self._tend(attempt, now)
+            if self.settling:
+                self._check_stop()  # a stop that came with their death
+                self._settle(now)
             self.output.flush_log(now)
             if self.progress is not None and now >= self.progress_at:
                 self.progress_at = now + PROGRESS_EVERY
@@ -236,7 +250,7 @@ class Pool:
         self.look_at = time.monotonic() + self.look_wait
 
     def _finished(self) -> bool:
-        if self.attempts or self.group.attempts or self.queue.claimed:
+        if self.attempts or self.settling or self.group.attempts or self.queue.claimed:
             return False
         if self._looking():
             return False
@@ -256,16 +270,28 @@ class Pool:
         if self._looking():
             waits.append(self.look_at - now)
         waits += [a.wait(now) for a in self.attempts]
+        waits += [until - now for _, until in self.settling]
+        for w in self.workers:
+            if w.pidfd is None:
+                waits.append(1.0)  # its end is looked for, not told
+            if not w.ready and w.began != math.inf:  # inf: its load was ended already
+                waits.append(w.began + self._load_limit() - now)
         due = [w for w in waits if w is not None]
         return max(0, math.ceil(min(due) * 1000)) if due else -1
 
     def _check_stop(self) -> None:
-        if self.stopping or self.stopper is None or self.stopper.signum is None:
+        stopper = self.stopper
+        if stopper is None or stopper.signum is None:
+            return
+        # The wakeup pipe stays readable once written: emptied, or polled on it would spin.
+        _empty(stopper.wakeup_fd)
+        if self.stopping:
+            if stopper.count > self.signals_seen:
+                self._hurry()
             return
         self.stopping = True
-        # The wakeup pipe stays readable once written: polled on, it would spin the loop.
-        self.poller.unregister(self.stopper.wakeup_fd)
-        signum = self.stopper.signum
+        self.signals_seen = stopper.count
+        signum = stopper.signum
         self.queue.stop()
         now = time.monotonic()
         for a in self.attempts:
@@ -273,6 +299,18 @@ class Pool:
                 # a function is left to finish its call; a command decides for itself
                 _signal_group(a, signum)
             a.stop(now, self.how.grace)
+
+    def _hurry(self) -> None:
+        """A second stop signal (Ctrl-C again): the grace ends now. What still runs is
+        killed, and ends interrupted; what is held is committed (or spilled) as at any stop."""
+        self.signals_seen = self.stopper.count if self.stopper is not None else 0
+        for a in self.attempts:
+            if a.phase in ("running", "terminating"):
+                _signal_group(a, signal.SIGKILL)
+                a.killed()
+        for worker in self.workers:
+            if not worker.ready:
+                worker.signal(signal.SIGKILL)
 
     def _halt(self, why: str) -> None:
         """Start nothing more, and say why."""
@@ -368,10 +406,12 @@ class Pool:
                 preexec_fn=self.end_with_run,
             )
         except OSError as e:
-            why = f"cannot start {argv[0]!r}: {e.strerror or e}"
+            why = f"cannot start {argv[0][:200]!r}: {e.strerror or e}"
             a.notes.append(why)
             self.output.log_lines(task.num, attempt).line(f"zotsink: {why}".encode())
             a.exited(time.monotonic())
+            if self._task_owns(e):
+                return  # this task's line is at fault, not the command: it fails alone
             if not self.queue.has_run:
                 self.start_failures += 1
                 if self.start_failures >= HALT_AFTER:
@@ -389,6 +429,14 @@ class Pool:
         if self.how.task_timeout is not None:
             a.limit(a.started + self.how.task_timeout)
 
+    def _task_owns(self, e: OSError) -> bool:
+        """Whether a start error is the task's, not the command's: its line too long for an
+        argument (E2BIG), or a program path built from its line (``{}``) not there."""
+        if e.errno == errno.E2BIG:
+            return True
+        built = not self.how.shell and "{}" in self.how.command[0]
+        return built and e.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR, errno.ENOEXEC)
+
     # -- function workers --------------------------------------------------------------------
     def _spawn_worker(self) -> None:
         assert self.how.call is not None
@@ -398,7 +446,10 @@ class Pool:
             self._halt(f"cannot start a worker for --call {self.how.call}: {e.strerror or e}")
             return
         self.workers.append(worker)
-        for fd in (worker.prints_fd, worker.results_fd):
+        fds = [worker.prints_fd, worker.results_fd]
+        if worker.pidfd is not None:
+            fds.append(worker.pidfd)
+        for fd in fds:
             self.worker_fds[fd] = worker
             self.poller.register(fd, _POLL_IN)
 
@@ -416,18 +467,41 @@ class Pool:
             if not worker.take_prints():  # its end: the worker is gone (its results say so)
                 self._unwatch_worker(fd)
             return
+        # its results, or its death seen from the process itself (a pidfd): a background
+        # process it started may hold its pipes open
+        dead = fd == worker.pidfd and worker.dead()
+        if fd == worker.pidfd and not dead:
+            return  # a stale event of a descriptor number now another worker's
+        self._results(worker, dead)
+
+    def _results(self, worker: Worker, dead: bool) -> None:
         frames, ended = worker.frames()
         for frame in frames:
+            why = worker.refusal(frame)
+            if why is not None:
+                self._refused(worker, why)
+                continue
             kind = frame[0]
             if kind == "ready":
                 worker.ready = True
                 self.idle.append(worker)
             elif kind == "unloadable":
-                self._unloadable(worker, frame[1])
+                self._unloadable(worker, frame[2])
+            elif kind == "part":  # a large result's items, ahead of its end
+                for item_kind, value in frame[4]:
+                    worker.task.item(item_kind, value)
             else:
                 self._returned(worker, frame)
-        if ended:
+        if ended or dead:
             self._worker_gone(worker)
+
+    def _refused(self, worker: Worker, why: str) -> None:
+        """A frame that is not its worker's answer to the task it was sent: credited to no
+        task, said in the log (under task 0, the run's own lines)."""
+        self.output.log_lines(0, 0).line(
+            f"zotsink: a frame on worker {worker.pid}'s results pipe was refused: {why} "
+            "(a process the function forked?)".encode()
+        )
 
     def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
         """A function's call ended: its prints first (sent before its result), then its
@@ -438,10 +512,11 @@ class Pool:
         self.queue.ran()
         if frame[0] == "done":
             code = 0
-            for kind, value in frame[1]:
+            for kind, value in frame[4]:
                 a.item(kind, value)
         else:
-            _, text, code = frame
+            a.drop_records()  # a result's items sent ahead of the exception are not its
+            text, code = frame[4], frame[5]
             log = self.output.log_lines(a.task.num, a.attempt)
             for line in text.splitlines():
                 log.line(line.encode("utf-8", "surrogateescape"))
@@ -468,8 +543,10 @@ class Pool:
                 log.line(line.encode("utf-8", "surrogateescape"))
 
     def _worker_gone(self, worker: Worker) -> None:
-        """The worker's results pipe ended: it exited, or died (its task is then killed)."""
-        for fd in (worker.results_fd, worker.prints_fd):
+        """The worker's results pipe ended, or its process did: it exited, or died (its task
+        is then killed)."""
+        worker.take_prints()  # what is there now: a process it started may hold the pipe
+        for fd in (worker.results_fd, worker.prints_fd, worker.pidfd):
             if fd in self.worker_fds:
                 self._unwatch_worker(fd)
         code = worker.exit_code(KILL_AFTER)
@@ -480,14 +557,32 @@ class Pool:
         worker.close()
         if a is not None:
             how = f"signal {signame(-code)}" if code < 0 else f"exit {code}"
-            if a.ended_by is None:
-                a.ended_by = "killed"
+            if a.ended_by is None and code >= 0:
+                a.ended_by = "killed"  # a signal says so itself (and may be a stop's)
             a.notes.append(f"its worker died ({how})")
             a.exited(time.monotonic(), code)
         elif not worker.ready and self.halted is None and not self.stopping:
             self._unloadable(worker, f"its worker died while loading it (exit {code})")
         if self.queue.has_work:
             self._spawn_worker()  # a new worker for the tasks left
+
+    def _tend_workers(self, now: float) -> None:
+        """Workers whose end no pidfd tells (not Linux), and workers that load too long."""
+        for worker in list(self.workers):
+            if worker.pidfd is None and worker.dead():
+                self._results(worker, True)
+            elif not worker.ready and now >= worker.began + self._load_limit():
+                worker.began = math.inf  # once
+                worker.signal(signal.SIGKILL)
+                self._unloadable(
+                    worker,
+                    f"loading it took over {self._load_limit():g} seconds (the limit is "
+                    f"--task-timeout, else {LOAD_TIMEOUT:g}); it was killed",
+                )
+
+    def _load_limit(self) -> float:
+        t = self.how.task_timeout
+        return LOAD_TIMEOUT if t is None else t
 
     def _unwatch_worker(self, fd: int) -> None:
         self.poller.unregister(fd)
@@ -518,8 +613,28 @@ class Pool:
             a.killed()
 
     def _ended(self, a: Attempt, now: float) -> None:
-        """An attempt ended: it waits for its group's commit."""
+        """An attempt ended: it waits for its group's commit (one that died of a stop
+        signal first waits a moment for the run's own)."""
         self.attempts.remove(a)
+        if not self.stopping and a.ended_by is None and -a.returncode in STOP_SIGNALS:
+            self.settling.append((a, now + STOP_SETTLE))
+            return
+        self._group(a, now)
+
+    def _settle(self, now: float) -> None:
+        """Attempts that died of a stop signal: interrupted when the run was stopped too
+        (``scancel`` signals every process at once, whichever is reaped first), killed when
+        no stop came in their moment."""
+        for pair in list(self.settling):
+            a, until = pair
+            if self.stopping:
+                a.ended_by = "interrupted"
+            elif now < until:
+                continue
+            self.settling.remove(pair)
+            self._group(a, now)
+
+    def _group(self, a: Attempt, now: float) -> None:
         self.group.add(a, now)
         self.done += 1
         self.idle_since = now
@@ -573,14 +688,21 @@ class Pool:
         for a in self.attempts + self.group.attempts:
             a.close()
         self.pipes.clear()
+        # All at once, then one deadline for all: a worker that ends late (one still
+        # importing a slow module) does not make the others wait in turn.
         for worker in self.workers:
             worker.stop()
             if worker.task is not None:  # only after an error, as above
                 worker.signal(signal.SIGKILL)
+            elif not worker.ready:  # still loading: it has no call to finish
+                worker.signal(signal.SIGTERM)
+        deadline = time.monotonic() + KILL_AFTER
         for worker in self.workers:
-            worker.exit_code(KILL_AFTER)
+            worker.exit_code(max(0.0, deadline - time.monotonic()))
+            worker.take_prints(last=True)  # what it printed as it ended (a thread's last words)
             worker.close()
         self.workers.clear()
+        self.output.flush_log()  # the workers' last prints
         self.output.close()
         self.ledger.close()
 
@@ -604,6 +726,14 @@ def _end_with_run() -> Callable[[], None] | None:
             os._exit(1)
 
     return end_with_run
+
+
+def _empty(fd: int) -> None:
+    """Read what a readable wakeup pipe holds (it holds a few bytes: one per signal)."""
+    ready, _, _ = select.select([fd], [], [], 0)
+    if ready:
+        with contextlib.suppress(OSError):
+            os.read(fd, 4096)
 
 
 def _signal_group(a: Attempt, signum: int) -> None:
