@@ -21,6 +21,7 @@ same bytes and the same refusals.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
 from typing import IO, Final, Protocol
 
@@ -274,8 +275,10 @@ class Held:
         self._limit = limit
         self.size = 0  # bytes held
         self.count = 0  # records held
+        self.crc = 0  # CRC-32 of the bytes held: what a reader checks the piece in OUT by
 
     def add(self, data: bytes | memoryview, count: int) -> None:
+        self.crc = zlib.crc32(data, self.crc)
         if self._file is None and self.size + len(data) > self._limit:
             import tempfile
 

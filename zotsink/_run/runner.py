@@ -327,7 +327,12 @@ def _run(o: _RunOptions) -> RunReport:
     queue = TaskQueue(ChunkSource(todo), given_up=ledger.gives_up, rerun=o.rerun)
     queue.refill()
     states, seen, recorded = read_begin(
-        o.ledger_path, queue.keys, lock=opts.lock, timeout=opts.timeout, stopper=o.stopper
+        o.ledger_path,
+        queue.keys,
+        lock=opts.lock,
+        timeout=opts.timeout,
+        stopper=o.stopper,
+        out=o.out,
     )
     # -- the settings: recorded, compared -----------------------------------------------
     index, max_attempts, new_settings = o.index, o.max_attempts, o.new_settings
