@@ -69,7 +69,7 @@ def _rows(draw: st.DrawFn) -> list[Any]:
     if kind == "torn":
         return ["start", time, str(num), key]
     if kind == "run":
-        return ["run", time, "0", "", "", "", "", host, pid, "", "", "", "", "", "", "{}", "", ""]
+        return ["run", time, "0", "", "", "", "", host, pid, *[""] * 6, "{}", "", "", "", ""]
     event = {"other": "pause"}.get(kind, kind)
     status = "" if kind == "start" else draw(STATUSES)
     offset = str(draw(st.integers(0, 999))) if kind == "end" else ""
@@ -92,6 +92,8 @@ def _rows(draw: st.DrawFn) -> list[Any]:
         note if kind == "start" else "",
         offset,
         "0",
+        "",
+        "",
     ]
 
 
@@ -168,7 +170,7 @@ def test_run_rows_hold_settings_not_task_states(tmp_path: Path) -> None:
     """A ``run`` row (task number 0) is no task's history in any of the three."""
     note = json.dumps({"max_attempts": "1"})
     rows = [["run", "2026-11-24T10:00:00.000000Z", "0", "", "", "", "", HERE, ME]]
-    rows[0] += ["", "", "", "", "", "", note, "", ""]
+    rows[0] += ["", "", "", "", "", "", note, "", "", "", ""]
     path = tmp_path / "l"
     _write(path, rows)
     keys = {1: "one"}
