@@ -3,9 +3,11 @@
 When ``zotsink run`` wrote OUT, the ledger beside it (``OUT.ledger``) says which part of
 OUT each task's latest ``ok`` attempt wrote. Readers then see that committed view: each
 task's records exactly once, and nothing of attempts that failed, were interrupted or
-crashed before their row was written. ``every=True`` (``zotsink cat --all``) reads every
-line. An OUT with no ledger, or a ledger begun by a release that did not record where each
-attempt's records are, is read whole.
+crashed before their row was written. A piece is shown only while it is what its row
+says: inside OUT, in the same file, with the same checksum; the tasks whose pieces are not
+are named in a warning. ``every=True`` (``zotsink cat --all``) reads every line. An OUT
+with no ledger, or a ledger begun by a release that did not record where each attempt's
+records are, is read whole.
 """
 
 from __future__ import annotations

@@ -99,8 +99,9 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     if report.unclaimed:
         note.append(
             f"{counted(report.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
-            "interrupted or crashed attempts): zotsink cat and read_records leave them "
-            "out (cat --all shows them); not damage"
+            "interrupted or crashed attempts, or lines whose task number the task list gave "
+            "to another line since): zotsink cat and read_records leave them out (cat --all "
+            "shows them); not damage"
         )
     if not report.found:
         return [f"{what}, no problems", *note]
