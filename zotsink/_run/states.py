@@ -4,10 +4,12 @@ A task's state is its latest row whose ``key`` is the task's line today: a row w
 another line (the task list was edited since) says nothing about this one. :func:`fold`
 is the rule, one row at a time: a ``start`` is ``running``; an end is its ``status``, an
 unknown one counting as ``failed``; starts and failed attempts (:data:`FAILING`) are
-counted. :func:`settle` then says what a snapshot's states are now: a ``running`` task
-whose run is known dead (same host, process gone) is ``lost``, and one whose latest
-attempt failed after ``max_attempts`` failures is ``given-up``. A task with no row is
-``never``.
+counted; a row of a kind this release does not know (a newer release's) changes nothing.
+:func:`settle` then says what a snapshot's states are now: a ``running`` task whose run is
+known dead (same host, process gone) is ``lost``, and one whose latest attempt failed
+after ``max_attempts`` failures is ``given-up``. An ``ok`` task whose records are no
+longer in OUT (:func:`piece_gone`, when OUT is given) is ``lost`` too: not done. A task
+with no row is ``never``.
 
 The fold is applied to a snapshot (:func:`states_of`), incrementally by a run's claim
 under the ledger's lock (:class:`~zotsink._run.ledger.Ledger`), and compactly, a few bytes
@@ -29,6 +31,7 @@ from .._core.records import unescape_tsv
 from .._core.stop import Stopper
 from .._ledgerfile import (
     END_STATES,
+    LEDGER_COLUMNS,
     RUN_EVENT,
     RUN_TASKNUM,
     TASK_EVENTS,
@@ -214,7 +217,7 @@ _LOST: Final = _CODES.index("lost")
 _OK: Final = _CODES.index("ok")
 #: The column of ``records``: an end row's fields from there on are split only for a
 #: look at the piece an ok row claims.
-_RECORDS: Final = 13
+_RECORDS: Final = LEDGER_COLUMNS.index("records")
 #: Length of a ledger time (``2026-11-24T10:00:00.000000Z``): only such times make a rate.
 _TIME_LEN: Final = 27
 
