@@ -39,13 +39,18 @@ __all__ = [
     "RUN_EVENT",
     "RUN_TASKNUM",
     "STOP_EVENT",
+    "TASK_EVENTS",
     "AndRunRows",
     "Claims",
     "LedgerRow",
     "LedgerScan",
+    "OutFile",
+    "Piece",
     "claims",
     "ledger_time",
+    "out_file",
     "parse_row",
+    "piece_problem",
     "read_ledger",
     "row_blocks",
     "rows_in",
@@ -71,11 +76,19 @@ LEDGER_COLUMNS: Final = (
     "bytes",
     "note",
 )
-#: Columns after LEDGER_COLUMNS, in ledgers that have them (older ledgers end at ``note``
-#: and are still read and appended to as they are): ``out_offset`` is where the records of
-#: the attempt begin in OUT, so that with ``bytes`` it names the part of OUT that attempt
-#: wrote; ``out_header`` is the length of OUT's header line (0: OUT has none).
-LATER_COLUMNS: Final = ("out_offset", "out_header")
+#: Columns after LEDGER_COLUMNS, in ledgers that have them (older ledgers end at ``note``,
+#: or after fewer of these, and are still read and appended to as they are): ``out_offset``
+#: is where the records of the attempt begin in OUT, so that with ``bytes`` it names the
+#: part of OUT that attempt wrote; ``out_header`` is the length of OUT's header line (0:
+#: OUT has none); ``out_ino`` the inode of the file the piece was appended to (OUT then:
+#: a file renamed or replaced since is another one) and ``out_crc`` the piece's CRC-32, so
+#: a reader can tell that the piece is still there, whole and the same. Columns a newer
+#: release adds after these are kept as they are, and read for what they share.
+LATER_COLUMNS: Final = ("out_offset", "out_header", "out_ino", "out_crc")
+#: The row kinds of a task's history (beside ``run`` rows of settings); a row of another
+#: kind (a newer release's) is passed over by every reader: it says nothing this release
+#: can act on, and is neither a failure nor a success.
+TASK_EVENTS: Final = ("start", "end")
 #: ``status`` values of ``end`` rows.
 END_STATES: Final = ("ok", "failed", "killed", "timeout", "interrupted")
 #: The ``event`` of the row that records a run's settings, and its task number.
@@ -110,6 +123,8 @@ class LedgerRow(NamedTuple):
     note: str
     out_offset: str = ""  # "" in an older ledger, in a start row, and for no records
     out_header: str = ""
+    out_ino: str = ""
+    out_crc: str = ""
 
 
 def read_ledger(
@@ -203,7 +218,7 @@ def rows_in(block: bytes) -> list[bytes]:
     return next(line_blocks((block,)), ([], True))[0]
 
 
-def parse_row(line: bytes, later: Sequence[int] = (16, 17)) -> LedgerRow | None:
+def parse_row(line: bytes, later: Sequence[int] = (16, 17, 18, 19)) -> LedgerRow | None:
     """A whole row decoded; None when it is no task row (torn: fewer fields than the
     columns; or its task number is not a number). ``later``: where LATER_COLUMNS are in
     this ledger's rows (-1: not there)."""
@@ -354,10 +369,15 @@ class LedgerScan:
                 stacklevel=2,
             )
 
-    def later_missing(self) -> bool:
-        """Whether this ledger lacks a column of LATER_COLUMNS (an older release began it);
-        known once :meth:`lines` has read the header."""
-        return -1 in self._later or not self._later
+    def places_missing(self) -> bool:
+        """Whether this ledger lacks ``out_offset`` or ``out_header`` (a release that did
+        not record where each attempt's records are began it); known once :meth:`lines`
+        has read the header."""
+        return len(self._later) < 2 or -1 in self._later[:2]
+
+    def later_index(self, column: str) -> int:
+        """Where a column of LATER_COLUMNS is in this ledger's rows (-1: not there)."""
+        return self._later[LATER_COLUMNS.index(column)] if self._later else -1
 
     def _bad(self, lineno: int, line: bytes) -> None:
         if line.count(b"\t") < self.width - 1:
@@ -387,11 +407,57 @@ class LedgerScan:
         return self.row(0, b"")  # no whole row there: raises
 
 
+class Piece(NamedTuple):
+    """The part of OUT one ``ok`` row claims, and what the row says it is."""
+
+    offset: int
+    length: int
+    tasknum: int
+    key: str
+    ino: str  # the inode of the file it was appended to ("": an older release's row)
+    crc: str  # its CRC-32 in hex ("": an older release's row)
+
+
+class OutFile(NamedTuple):
+    """OUT as a reader finds it: which file, and how many bytes."""
+
+    ino: int
+    size: int
+
+
+def out_file(path: str | os.PathLike[str]) -> OutFile | None:
+    """OUT's identity and size now; None when no such file exists."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return OutFile(st.st_ino, st.st_size)
+
+
+def piece_problem(offset: str, length: str, ino: str, out: OutFile | None) -> str | None:
+    """Why an ``ok`` row's piece (its ``out_offset``, ``bytes`` and ``out_ino`` as text) is
+    not in OUT as ``out`` finds it; None when it may be (or the row claims no bytes). The
+    cheap check, on sizes and identity only: :func:`zotsink._read.committed_chunks` also
+    compares the piece's checksum."""
+    if not length.isdigit() or length == "0" or not offset.isdigit():
+        return None
+    if out is None:
+        return "OUT does not exist" if ino else None
+    if ino and ino != str(out.ino):
+        return "OUT is another file now (renamed, replaced or removed since)"
+    if int(offset) + int(length) > out.size:
+        return "OUT is shorter than the piece's end (emptied or cut since)"
+    return None
+
+
 class Claims(NamedTuple):
     """The parts of OUT that the ledger's ``ok`` rows claim: what OUT holds exactly once."""
 
     header: int  # bytes of OUT's header line (0: OUT has none)
-    parts: list[tuple[int, int]]  # (offset, length) of each task's latest ok attempt
+    parts: list[Piece]  # each task's latest ok attempt's piece, in OUT's order
+    #: (task number, why) of the tasks whose latest ok piece is not to be trusted (see
+    #: :func:`piece_problem`); filled by the view that checks them
+    untrusted: list[tuple[int, str]]
 
 
 def claims(
@@ -400,39 +466,56 @@ def claims(
     """What the ledger at ``path`` says OUT holds once; None when there is no ledger, or it
     was begun by a release that did not record where each attempt's records are.
 
-    Each task (its number and line) counts with its latest ``ok`` attempt: an attempt that
-    failed, was interrupted, or ended in a crash before its row was written claims nothing,
-    and its lines in OUT are left out of the view.
+    Each task counts with its latest ``ok`` attempt: an attempt that failed, was
+    interrupted, or ended in a crash before its row was written claims nothing, and its
+    lines in OUT are left out of the view. A task is its number and its line: a piece
+    counts only while its line is the one its number last ran as (the latest row of that
+    number, any run's). After a line was inserted into the task list and the tasks ran
+    again, the pieces of the lines' old numbers so count no more, and each line is in the
+    view once.
     """
     p = os.fspath(path)
     if not os.path.lexists(p):
         return None
     scan = LedgerScan(p, lock=lock, timeout=timeout)
     try:
-        latest: dict[tuple[int, str], tuple[int, int]] = {}
+        latest: dict[tuple[int, str], Piece] = {}
+        current: dict[int, str] = {}  # the line each task number last ran as
         header = 0
         known = False
         for lineno, _at, line in scan.lines():
             if not known:
-                if scan.later_missing():
+                if scan.places_missing():
                     return None
                 known = True
-            if not line.startswith(b"end\t"):
-                continue
+            end = line.startswith(b"end\t")
+            if not end and not line.startswith(b"start\t"):
+                continue  # a run row, or a kind of row a newer release writes
             row = scan.row(lineno, line)
+            current[row.tasknum] = row.key
+            if not end:
+                continue
             if row.out_header.isdigit():
                 header = int(row.out_header)
             if row.status != "ok":
                 continue
             if row.out_offset.isdigit() and row.bytes.isdigit() and int(row.bytes):
-                latest[(row.tasknum, row.key)] = (int(row.out_offset), int(row.bytes))
+                latest[(row.tasknum, row.key)] = Piece(
+                    int(row.out_offset),
+                    int(row.bytes),
+                    row.tasknum,
+                    row.key,
+                    row.out_ino,
+                    row.out_crc,
+                )
             else:
                 latest.pop((row.tasknum, row.key), None)  # its latest ok attempt printed none
-        if not known and scan.later_missing():
+        if not known and scan.places_missing():
             return None
     finally:
         scan.close()
-    return Claims(header, sorted(latest.values()))
+    parts = [piece for (num, key), piece in latest.items() if current.get(num) == key]
+    return Claims(header, sorted(parts), [])
 
 
 def _alternation(words: Sequence[bytes]) -> bytes:

@@ -3,23 +3,36 @@
 When ``zotsink run`` wrote OUT, the ledger beside it (``OUT.ledger``) says which part of
 OUT each task's latest ``ok`` attempt wrote. Readers then see that committed view: each
 task's records exactly once, and nothing of attempts that failed, were interrupted or
-crashed before their row was written. ``every=True`` (``zotsink cat --all``) reads every
-line. An OUT with no ledger, or a ledger begun by a release that did not record where each
-attempt's records are, is read whole.
+crashed before their row was written. A piece is shown only while it is what its row
+says: inside OUT, in the same file, with the same checksum; the tasks whose pieces are not
+are named in a warning. ``every=True`` (``zotsink cat --all``) reads every line. An OUT
+with no ledger, or a ledger begun by a release that did not record where each attempt's
+records are, is read whole.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+import zlib
 from collections.abc import Iterator
+from typing import Final
 
 from ._core.fileio import pread_chunks, split_lines
 from ._core.records import csv_module, decode_row, format_for
 from ._core.snapshot import iter_snapshot, snapshot
-from ._ledgerfile import Claims, claims
-from .errors import RecordError
+from ._ledgerfile import Claims, OutFile, Piece, claims, out_file, piece_problem
+from .errors import RecordError, ZotsinkWarning
 
-__all__ = ["committed_chunks", "committed_parts", "iter_snapshot", "read_records", "snapshot"]
+__all__ = [
+    "committed_chunks",
+    "committed_parts",
+    "iter_snapshot",
+    "piece_chunks",
+    "read_records",
+    "snapshot",
+    "warn_untrusted",
+]
 
 
 def committed_parts(
@@ -29,16 +42,69 @@ def committed_parts(
     ledger: str | os.PathLike[str] | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
+    out: OutFile | None = None,
 ) -> Claims | None:
     """The committed view of OUT's first ``size`` bytes (its snapshot): OUT's header and
     the parts each task's latest ``ok`` attempt wrote, as the ledger beside OUT (``ledger``,
-    default ``OUT.ledger``) claims them; parts that lie beyond ``size`` (claimed after the
-    snapshot) are left out. None when there is no such ledger: every byte counts."""
+    default ``OUT.ledger``) claims them. None when there is no such ledger: every byte
+    counts.
+
+    ``out``: OUT as its snapshot's descriptor finds it now (its inode and size). A part in
+    another file (OUT renamed or replaced since its row), or beyond OUT's end now (OUT
+    emptied or cut), is not to be trusted: it is left out and named in ``untrusted``. A
+    part beyond ``size`` but within OUT now was claimed after the snapshot: left out."""
     p = os.fspath(path)
     c = claims(p + ".ledger" if ledger is None else ledger, lock=lock, timeout=timeout)
     if c is None:
         return None
-    return Claims(min(c.header, size), [(at, n) for at, n in c.parts if at + n <= size])
+    now = out if out is not None else out_file(p)
+    parts: list[Piece] = []
+    untrusted: list[tuple[int, str]] = []
+    for piece in c.parts:
+        why = piece_problem(str(piece.offset), str(piece.length), piece.ino, now)
+        if why is not None:
+            untrusted.append((piece.tasknum, why))
+        elif piece.offset + piece.length <= size:
+            parts.append(piece)
+    return Claims(min(c.header, size), parts, untrusted)
+
+
+#: A piece up to this size is read once, checked, then given; a larger one is read twice.
+_CHECK_IN_MEMORY: Final = 8 << 20
+
+
+def piece_chunks(fd: int, piece: Piece) -> Iterator[bytes] | None:
+    """A claimed piece's bytes, once its checksum says they are the ones its task wrote;
+    None when they are not (OUT was changed in place since: edited, or emptied and written
+    again). A row of an older release, with no checksum, is taken as it is."""
+    end = piece.offset + piece.length
+    if not piece.crc:
+        return pread_chunks(fd, end, start=piece.offset)
+    if piece.length <= _CHECK_IN_MEMORY:
+        data = b"".join(pread_chunks(fd, end, start=piece.offset))
+        return iter((data,)) if f"{zlib.crc32(data):08x}" == piece.crc else None
+    crc = 0
+    for chunk in pread_chunks(fd, end, start=piece.offset):
+        crc = zlib.crc32(chunk, crc)
+    return pread_chunks(fd, end, start=piece.offset) if f"{crc:08x}" == piece.crc else None
+
+
+def warn_untrusted(path: str, untrusted: list[tuple[int, str]]) -> None:
+    """Say which tasks' ``ok`` rows claim records OUT does not hold as they wrote them."""
+    if not untrusted:
+        return
+    whys = sorted({why for _n, why in untrusted})
+    nums = sorted(n for n, _why in untrusted)
+    shown = ", ".join(map(str, nums[:10])) + (", ..." if len(nums) > 10 else "")
+    warnings.warn(
+        ZotsinkWarning(
+            f"{path}: the ok rows of {len(nums)} task(s) ({shown}) claim records that OUT "
+            f"does not hold as those tasks wrote them ({'; '.join(whys)}): left out of the "
+            "view; `zotsink status` and `zotsink missing` count such tasks as lost, and the "
+            "next `zotsink run` runs them again when OUT is another file or shorter"
+        ),
+        stacklevel=3,
+    )
 
 
 def committed_chunks(
@@ -50,7 +116,9 @@ def committed_chunks(
     timeout: float = 600.0,
 ) -> Iterator[bytes]:
     """OUT's bytes as readers see them: the committed view when a ledger is beside OUT
-    (``ledger``, default ``OUT.ledger``), every byte with ``every`` or without one."""
+    (``ledger``, default ``OUT.ledger``), every byte with ``every`` or without one. A
+    claimed piece that is not there, or not the same (see :func:`committed_parts` and
+    :func:`piece_chunks`), is left out with a warning naming its task."""
     p = os.fspath(path)
     fd, size = snapshot(p, lock=lock, timeout=timeout)
     if every:
@@ -58,13 +126,21 @@ def committed_chunks(
         return
     try:
         # Read after OUT's snapshot: a part claimed since lies beyond it and is left out.
-        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout)
+        st = os.fstat(fd)
+        now = OutFile(st.st_ino, st.st_size)
+        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout, out=now)
         if c is None:
             yield from pread_chunks(fd, size)
             return
         yield from pread_chunks(fd, c.header)
-        for at, length in c.parts:
-            yield from pread_chunks(fd, at + length, start=at)
+        untrusted = list(c.untrusted)
+        for piece in c.parts:
+            chunks = piece_chunks(fd, piece)
+            if chunks is None:
+                untrusted.append((piece.tasknum, "OUT was changed in place since"))
+                continue
+            yield from chunks
+        warn_untrusted(p, untrusted)
     finally:
         os.close(fd)
 

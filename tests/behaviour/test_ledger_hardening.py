@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from zotsink import ZotsinkWarning
-from zotsink._ledgerfile import LEDGER_COLUMNS, read_ledger
+from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -63,7 +63,7 @@ def test_a_row_with_too_many_fields_is_still_an_error(tmp_path: Path, zotsink: R
     r = zotsink("run", tasks, "out.tsv", "--", "echo")
     assert r.returncode == 0, r.stderr
     with open(tmp_path / "out.tsv.ledger", "ab") as f:
-        f.write(b"\t".join([b"x"] * (len(LEDGER_COLUMNS) + 2)) + b"\n")
+        f.write(b"\t".join([b"x"] * (len(LEDGER_COLUMNS) + len(LATER_COLUMNS) + 1)) + b"\n")
     r = zotsink("status", tasks, "out.tsv")
     assert r.returncode == 1
     assert b"line 7 is not a ledger row" in r.stderr, r.stderr  # header, run row, 4 rows

@@ -73,10 +73,10 @@ def _rows(draw: st.DrawFn) -> list[Any]:
     if kind == "torn":
         return ["start", time, str(num), key]
     if kind == "run":
-        return ["run", time, "0", "", "", "", "", host, pid, "", "", "", "", "", "", "{}", "", ""]
+        return ["run", time, "0", "", "", "", "", host, pid, *[""] * 6, "{}", "", "", "", ""]
     if kind in ("close", "open", "stop"):  # what `zotsink close` and `stop` write
         note = '{"lines": "4"}' if kind == "close" else ""
-        return [kind, time, "0", "", "", "", "", host, pid, "", "", "", "", "", "", note, "", ""]
+        return [kind, time, "0", "", "", "", "", host, pid, *[""] * 6, note, "", "", "", ""]
     event = {"other": "pause"}.get(kind, kind)
     status = "" if kind == "start" else draw(STATUSES)
     offset = str(draw(st.integers(0, 999))) if kind == "end" else ""
@@ -99,6 +99,8 @@ def _rows(draw: st.DrawFn) -> list[Any]:
         note if kind == "start" else "",
         offset,
         "0",
+        "",
+        "",
     ]
 
 
@@ -179,7 +181,7 @@ def test_run_rows_hold_settings_not_task_states(tmp_path: Path) -> None:
     """A ``run`` row (task number 0) is no task's history in any of the three."""
     note = json.dumps({"max_attempts": "1"})
     rows = [["run", "2026-11-24T10:00:00.000000Z", "0", "", "", "", "", HERE, ME]]
-    rows[0] += ["", "", "", "", "", "", note, "", ""]
+    rows[0] += ["", "", "", "", "", "", note, "", "", "", ""]
     path = tmp_path / "l"
     _write(path, rows)
     keys = {1: "one"}

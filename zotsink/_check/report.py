@@ -65,11 +65,14 @@ class VerifyReport:
     #: Lines no ``ok`` attempt of ``zotsink run`` claims (its ledger is beside OUT): left by
     #: failed, interrupted or crashed attempts, left out by the readers; None: no such ledger.
     unclaimed: int | None = None
+    #: (task number, why) of the tasks whose ``ok`` row claims records OUT does not hold
+    #: as they wrote them (OUT replaced, renamed, cut or changed in place since): problems
+    untrusted: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def found(self) -> int:
-        """Problems found, of every kind."""
-        return sum(self.counts.values())
+        """Problems found, of every kind (a task whose claim OUT breaks is one)."""
+        return sum(self.counts.values()) + len(self.untrusted)
 
     @property
     def ok(self) -> bool:
@@ -108,4 +111,5 @@ class VerifyReport:
             "moved": self.moved,
             "rejects": self.rejects_path,
             "unclaimed": self.unclaimed,
+            "untrusted": [{"tasknum": n, "why": why} for n, why in self.untrusted],
         }

@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._core.fileio import pread_chunks
 from .._core.records import format_for
 from .._core.snapshot import snapshot
-from .._read import committed_parts
-from ..errors import InputError
+from .._ledgerfile import OutFile
+from .._read import committed_parts, piece_chunks
+from ..errors import InputError, UsageError
 from .check import check
 from .repair import repair_locked
 from .report import KEEP, KEPT_KINDS, VerifyReport
@@ -66,20 +66,40 @@ def verify(
     try:
         # An OUT of `zotsink run` holds every attempt's lines: a retry's records repeat the
         # failed attempt's. Its ledger says which lines count; repeats are no damage there.
-        c = committed_parts(p, size, lock=lock, timeout=timeout)
+        st = os.fstat(fd)
+        c = committed_parts(p, size, lock=lock, timeout=timeout, out=OutFile(st.st_ino, st.st_size))
         report = VerifyReport(p, fmt, allow_duplicates=allow_duplicates or c is not None)
         for _ in check(fd, size, report, has_header, keep):
             pass
         if c is not None:
             claimed = c.header > 0 and has_header
-            for at, length in c.parts:
-                claimed += sum(b.count(b"\n") for b in pread_chunks(fd, at + length, start=at))
+            report.untrusted = list(c.untrusted)
+            for piece in c.parts:
+                chunks = piece_chunks(fd, piece)
+                if chunks is None:
+                    report.untrusted.append((piece.tasknum, "OUT was changed in place since"))
+                    continue
+                claimed += sum(b.count(b"\n") for b in chunks)
+            report.untrusted.sort()
             report.unclaimed = max(0, report.lines - claimed)
     finally:
         os.close(fd)
     if repair and any(k not in KEPT_KINDS for k in report.counts):
+        if c is not None:
+            raise UsageError(refuse_repair(p), path=p)
         return repair_locked(p, fmt, has_header, allow_duplicates, lock, timeout, keep)
     return report
+
+
+def refuse_repair(p: str) -> str:
+    """Why a repair is not made to an OUT of ``zotsink run``, and what to do instead."""
+    return (
+        f"{p} was written by `zotsink run` (its ledger {p}.ledger is beside it): the ledger "
+        "names each task's records by where they are in OUT, and a repair would move them; "
+        "nothing was changed. Repair a copy instead, which holds each ok task's records "
+        f"once: `zotsink cat {p} > COPY{os.path.splitext(p)[1]}`, then `zotsink verify "
+        f"--repair COPY{os.path.splitext(p)[1]}`"
+    )
 
 
 def repair(path: str | os.PathLike[str], **options: Any) -> VerifyReport:

@@ -21,6 +21,7 @@ same bytes and the same refusals.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterator
 from typing import IO, Final, Protocol
 
@@ -451,8 +452,10 @@ class Held:
         self._skip = 0  # bytes left out at the start (drop_first)
         self.size = 0  # bytes held
         self.count = 0  # records held
+        self.crc = 0  # CRC-32 of the bytes held: what a reader checks the piece in OUT by
 
     def add(self, data: bytes | memoryview, count: int) -> None:
+        self.crc = zlib.crc32(data, self.crc)
         if self._file is None and self.size + len(data) > self._limit:
             parts, self._parts = self._parts, []
             try:
@@ -482,6 +485,10 @@ class Held:
         self._skip = len(line)
         self.size -= len(line)
         self.count -= 1
+        crc = 0  # the piece's checksum is of what goes to OUT: read once more (a rare path)
+        for piece in self.chunks():
+            crc = zlib.crc32(piece, crc)
+        self.crc = crc
         return True
 
     def _head(self, n: int) -> bytes:

@@ -148,6 +148,7 @@ class Writer:
         #: Where the data of the last append begins in OUT (after a header or the newline
         #: that ends a torn tail): with its length, the part of OUT that append wrote.
         self.last_at = -1
+        self.last_ino = -1  # the inode of the file the last block went to
         self._forked = False  # set in a child made by os.fork() (see _mark_forked)
         _live_writers.add(self)
 
@@ -365,6 +366,7 @@ class Writer:
             ) from e
         self._end = (st.st_dev, st.st_ino, size + written)
         self.last_at = size + len(prefix)
+        self.last_ino = st.st_ino
         if self._header and size == 0:
             self._header_ok = ident
         return written

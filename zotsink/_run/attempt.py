@@ -162,6 +162,7 @@ class Attempt:
         # end row names that piece (exactly-once: see commit.append_held).
         self.held = Held(out=output.out.writer.path)
         self.text: LineCutter | None = None  # a function's large text, arriving in pieces
+        self.out_ino = -1  # the file its piece went to (see commit.append_held)
         self.notes: list[str] = []
         self.lost: str | None = None  # why its output could not be held: it fails
         self.reap_wait = 0.0005  # seconds until the next look for its exit
@@ -412,6 +413,9 @@ class Attempt:
             "note": "; ".join(self.notes),
             "out_offset": "" if at is None else at,
             "out_header": "" if at is None else header,
+            # what a reader checks the piece by: the file it went to, its checksum
+            "out_ino": "" if at is None or self.out_ino < 0 else self.out_ino,
+            "out_crc": "" if at is None else f"{self.held.crc:08x}",
         }
 
     def close(self) -> None:

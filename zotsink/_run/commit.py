@@ -105,6 +105,7 @@ def append_held(out: Outlet, ended: list[Attempt]) -> dict[Attempt, int]:
         at = out.writer.last_at  # where the block just appended begins
         for a in group:
             places[a] = at
+            a.out_ino = out.writer.last_ino  # which file: OUT may be renamed later
             at += a.held.size
     for a in ended:
         a.held.close()

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from .._core.fileio import pread_chunks
 from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
-from .._core.records import Encoder
+from .._core.records import Encoder, decode_row
 from .._core.snapshot import snapshot
 from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
@@ -43,6 +43,17 @@ from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
 
 __all__ = ["Claimable", "Ledger"]
+
+
+def _columns_of(header: bytes | None) -> tuple[str, ...]:
+    """The columns of a ledger whose first line is ``header`` (None: a new ledger, which
+    gets every column this release writes). A first line that is no ledger header is left
+    to the reader's refusal: the rows then get this release's columns."""
+    if header is not None:
+        names = tuple(decode_row(header[:-1].decode("utf-8", "surrogateescape"), "tsv"))
+        if names[: len(LEDGER_COLUMNS)] == LEDGER_COLUMNS:
+            return names
+    return (*LEDGER_COLUMNS, *LATER_COLUMNS)
 
 
 class Claimable(Protocol):
@@ -69,11 +80,12 @@ class Ledger:
     ) -> None:
         env = os.environ if env is None else env
         self.path = os.fspath(path)
-        # A ledger begun by an older zotsink keeps its columns: its header cannot change.
-        old = existing_header(self.path) == Encoder("tsv", LEDGER_COLUMNS).header_line()
-        self.columns = LEDGER_COLUMNS if old else (*LEDGER_COLUMNS, *LATER_COLUMNS)
+        # A ledger begun by another zotsink keeps its columns: its header cannot change. An
+        # older one's rows lack the later columns it lacks; a newer one's columns this
+        # release does not know stay empty in its rows (read for what the releases share).
+        self.columns = _columns_of(existing_header(self.path))
         self.encoder = Encoder("tsv", self.columns)
-        self._later = (-1, -1) if old else (len(LEDGER_COLUMNS), len(LEDGER_COLUMNS) + 1)
+        self._later = [self.columns.index(c) if c in self.columns else -1 for c in LATER_COLUMNS]
         # fsync always: a start row must be on disk before the task runs, or a node that
         # dies takes the knowledge that the task started with it.
         self.timeout = timeout

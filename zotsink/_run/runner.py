@@ -415,7 +415,12 @@ def _run(o: _RunOptions) -> RunReport:
         queue.deadline = time.monotonic() + (o.deadline - time.time())
         queue.task_time = o.task_time or 0.0
     states, seen, recorded = read_begin(
-        o.ledger_path, queue.keys, lock=opts.lock, timeout=opts.timeout, stopper=o.stopper
+        o.ledger_path,
+        queue.keys,
+        lock=opts.lock,
+        timeout=opts.timeout,
+        stopper=o.stopper,
+        out=o.out,
     )
     # -- the settings: recorded, compared -----------------------------------------------
     index, max_attempts, new_settings = o.index, o.max_attempts, o.new_settings

@@ -4,10 +4,12 @@ A task's state is its latest row whose ``key`` is the task's line today: a row w
 another line (the task list was edited since) says nothing about this one. :func:`fold`
 is the rule, one row at a time: a ``start`` is ``running``; an end is its ``status``, an
 unknown one counting as ``failed``; starts and failed attempts (:data:`FAILING`) are
-counted. :func:`settle` then says what a snapshot's states are now: a ``running`` task
-whose run is known dead (same host, process gone) is ``lost``, and one whose latest
-attempt failed after ``max_attempts`` failures is ``given-up``. A task with no row is
-``never``.
+counted; a row of a kind this release does not know (a newer release's) changes nothing.
+:func:`settle` then says what a snapshot's states are now: a ``running`` task whose run is
+known dead (same host, process gone) is ``lost``, and one whose latest attempt failed
+after ``max_attempts`` failures is ``given-up``. An ``ok`` task whose records are no
+longer in OUT (:func:`piece_gone`, when OUT is given) is ``lost`` too: not done. A task
+with no row is ``never``.
 
 The fold is applied to a snapshot (:func:`states_of`), incrementally by a run's claim
 under the ledger's lock (:class:`~zotsink._run.ledger.Ledger`), and compactly, a few bytes
@@ -29,11 +31,16 @@ from .._core.records import unescape_tsv
 from .._core.stop import Stopper
 from .._ledgerfile import (
     END_STATES,
+    LEDGER_COLUMNS,
     RUN_EVENT,
     RUN_TASKNUM,
+    TASK_EVENTS,
     AndRunRows,
     LedgerRow,
     LedgerScan,
+    OutFile,
+    out_file,
+    piece_problem,
 )
 from .alive import run_alive
 from .settings import recorded_max_attempts, settings_of
@@ -46,6 +53,7 @@ __all__ = [
     "TaskState",
     "fold",
     "given_up",
+    "piece_gone",
     "read_begin",
     "read_states",
     "settle",
@@ -78,6 +86,9 @@ class TaskState(NamedTuple):
 def fold(row: LedgerRow, old: TaskState | None) -> TaskState:
     """The state of a task after ``row``, one of its rows, from its state before (None: no
     row yet). The one rule from rows to a state; ``running`` is :func:`settle`'s to judge."""
+    if row.event not in TASK_EVENTS:
+        # a kind of row a newer release writes: nothing this release can act on
+        return old if old is not None else TaskState(row.tasknum, "never", 0, None)
     starts, failures = (old.starts, old.failures) if old is not None else (0, 0)
     if row.event == "start":
         return TaskState(row.tasknum, "running", starts + 1, row, failures)
@@ -109,27 +120,46 @@ def settle(state: TaskState, here: str, max_attempts: int | None) -> TaskState:
     return state
 
 
+def piece_gone(state: TaskState, out: OutFile | None) -> str | None:
+    """Why an ``ok`` task's records are not in OUT (``out``: OUT as found now, None when
+    it does not exist), by its latest row (see :func:`piece_problem`); None when they may be.
+    Such a task is not done: it counts as ``lost``, and the next run runs it again."""
+    row = state.last
+    if state.state != "ok" or row is None:
+        return None
+    return piece_problem(row.out_offset, row.bytes, row.out_ino, out)
+
+
 def states_of(
     keys: Mapping[int, str],
     rows: Iterable[LedgerRow],
     *,
     host: str | None = None,
     max_attempts: int | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> dict[int, TaskState]:
     """The state of each task in ``keys`` (task number -> line) from the ledger ``rows``;
-    with ``max_attempts``, ``given-up`` for the tasks :func:`given_up` says so of."""
+    with ``max_attempts``, ``given-up`` for the tasks :func:`given_up` says so of; with
+    ``out`` (OUT's path, looked at after the rows are read), ``lost`` for an ``ok`` task
+    whose records are not there (:func:`piece_gone`)."""
     folded: dict[int, TaskState] = {}
     for row in rows:
         if keys.get(row.tasknum) != row.key:
             continue  # another line had this number once: not this task's history
         folded[row.tasknum] = fold(row, folded.get(row.tasknum))
     here = os.uname().nodename if host is None else host
+    now = out_file(out) if out is not None else None
     never = TaskState(0, "never", 0, None)
-    out: dict[int, TaskState] = {}
+    states: dict[int, TaskState] = {}
     for num in keys:
         st = folded.get(num)
-        out[num] = never._replace(tasknum=num) if st is None else settle(st, here, max_attempts)
-    return out
+        if st is None:
+            states[num] = never._replace(tasknum=num)
+            continue
+        if out is not None and piece_gone(st, now) is not None:
+            st = st._replace(state="lost")
+        states[num] = settle(st, here, max_attempts)
+    return states
 
 
 def read_states(
@@ -153,9 +183,12 @@ def read_begin(
     lock: str = "auto",
     timeout: float = 600.0,
     stopper: Stopper | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> tuple[dict[int, TaskState], int, dict[str, str] | None]:
     """:func:`read_states`, and the settings the ledger's latest ``run`` row records (None:
-    no run recorded any), from the same snapshot: what a run begins with."""
+    no run recorded any), from the same snapshot: what a run begins with. With ``out``
+    (OUT's path), an ``ok`` task whose records OUT no longer holds is ``lost`` (see
+    :func:`states_of`): the cheap check of sizes and identity, no byte of OUT read."""
     scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
     settings: dict[str, str] | None = None
     try:
@@ -168,7 +201,7 @@ def read_begin(
                 rows.append(row)
             elif row.event == RUN_EVENT:
                 settings = settings_of(row.note) or settings
-        return states_of(keys, rows), scan.size, settings
+        return states_of(keys, rows, out=out), scan.size, settings
     finally:
         scan.close()
 
@@ -179,6 +212,12 @@ _NEVER: Final = _CODES.index("never")
 _RUNNING: Final = _CODES.index("running")
 _GIVEN_UP: Final = _CODES.index("given-up")
 _FAILING_CODES: Final = frozenset(_CODES.index(name) for name in FAILING)
+_TASK_EVENTS: Final = tuple(e.encode() for e in TASK_EVENTS)
+_LOST: Final = _CODES.index("lost")
+_OK: Final = _CODES.index("ok")
+#: The column of ``records``: an end row's fields from there on are split only for a
+#: look at the piece an ok row claims.
+_RECORDS: Final = LEDGER_COLUMNS.index("records")
 #: Length of a ledger time (``2026-11-24T10:00:00.000000Z``): only such times make a rate.
 _TIME_LEN: Final = 27
 
@@ -189,6 +228,29 @@ def _effect(event: bytes, status: bytes) -> tuple[int, int, int]:
     text = event.decode("utf-8", "surrogateescape"), status.decode("utf-8", "surrogateescape")
     st = fold(LedgerRow(text[0], "", 0, *[""] * 6, text[1], *[""] * 6), None)
     return _CODES.index(st.state), st.starts, st.failures
+
+
+class _PieceCheck(NamedTuple):
+    """What a tally checks an ok row's piece against: OUT as found, where ``out_offset``
+    and ``out_ino`` are among an end row's fields from ``records`` on."""
+
+    found: OutFile | None
+    ino: bytes  # OUT's inode as the rows write it
+    at_offset: int
+    at_ino: int
+
+
+def _piece_gone(tail: list[bytes], check: _PieceCheck) -> bool:
+    """Whether an ok row's piece is not in OUT (see :func:`piece_gone`); ``tail``: the row's
+    fields from ``records`` on."""
+    length = tail[1] if len(tail) > 1 else b""
+    offset = tail[check.at_offset] if len(tail) > check.at_offset else b""
+    ino = tail[check.at_ino] if 0 <= check.at_ino < len(tail) else b""
+    found = check.found
+    if found is not None and ino in (check.ino, b"") and length.isdigit() and offset.isdigit():
+        return int(offset) + int(length) > found.size  # the quick path: the same file
+    why = piece_problem(offset.decode(), length.decode(), ino.decode(), found)
+    return why is not None
 
 
 class LedgerTally(Mapping[int, TaskState]):
@@ -212,6 +274,7 @@ class LedgerTally(Mapping[int, TaskState]):
         lock: str = "auto",
         timeout: float = 600.0,
         max_attempts: int | None = None,
+        out: str | os.PathLike[str] | None = None,
     ) -> None:
         self._keys = keys
         size = max(keys, default=0) + 1
@@ -229,8 +292,24 @@ class LedgerTally(Mapping[int, TaskState]):
         seconds = array("d", [math.nan]) * size
         first = last = b""
         scan = LedgerScan(path, lock=lock, timeout=timeout)
+        # An ok task's records must still be in OUT (see piece_gone): OUT is the file
+        # given, else the one the ledger is beside (OUT.ledger's OUT), when it exists.
+        if out is None:
+            ledger = os.fspath(path)
+            beside = ledger[: -len(".ledger")] if ledger.endswith(".ledger") else ""
+            out = beside if beside and os.path.lexists(beside) else None
+        check: _PieceCheck | None = None
         try:
             for lineno, offset, line in scan.lines():
+                if check is None and out is not None:
+                    # where the piece's columns are, counted from ``records`` (see below)
+                    at_offset = scan.later_index("out_offset") - _RECORDS
+                    if at_offset >= 0:
+                        found = out_file(out)
+                        ino = b"" if found is None else str(found.ino).encode()
+                        at_ino = scan.later_index("out_ino") - _RECORDS
+                        check = _PieceCheck(found, ino, at_offset, at_ino)
+                    out = None
                 event, time, num, key, rest = line.split(b"\t", 4)
                 try:
                     n = int(num)
@@ -250,6 +329,8 @@ class LedgerTally(Mapping[int, TaskState]):
                         first = time
                     if time > last:
                         last = time
+                if event not in _TASK_EVENTS:
+                    continue  # a kind of row a newer release writes (see fold)
                 at[n] = offset
                 if event == b"start":
                     # attempt job ...: the job, and nothing split further
@@ -268,6 +349,11 @@ class LedgerTally(Mapping[int, TaskState]):
                 if effect is None:
                     effect = ends[fields[5]] = _effect(b"end", fields[5])
                 code[n] = effect[0]
+                if check is not None and effect[0] == _OK:
+                    # records bytes note ...: is the piece it claims still in OUT?
+                    tail = fields[9].split(b"\t")
+                    if _piece_gone(tail, check):
+                        code[n] = _LOST
                 if effect[1]:
                     starts[n] += effect[1]
                 if effect[2]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -98,12 +99,25 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
     if report.unclaimed:
         note.append(
             f"{counted(report.unclaimed, 'line')} claimed by no ok attempt of the run (failed, "
-            "interrupted or crashed attempts): zotsink cat and read_records leave them "
-            "out (cat --all shows them); not damage"
+            "interrupted or crashed attempts, or lines whose task number the task list gave "
+            "to another line since): zotsink cat and read_records leave them out (cat --all "
+            "shows them); not damage"
         )
     if not report.found:
         return [f"{what}, no problems", *note]
     out = [f"{what}, {counted(report.found, 'problem')}", *note]
+    for num, why in report.untrusted[:limit]:
+        out.append(
+            f"  {report.path}: task {num}: its ok row claims records OUT does not hold: {why}"
+        )
+    if len(report.untrusted) > limit:
+        out.append(f"  ... and {len(report.untrusted) - limit} more such tasks")
+    if report.untrusted:
+        out.append(
+            "  those tasks' records are left out of the view; `zotsink status` counts them "
+            "lost and the next `zotsink run` runs them again when OUT is another file or "
+            "shorter (a change in place, same size or longer, only verify and cat see)"
+        )
     for kind in KINDS:
         n = report.counts.get(kind, 0)
         if not n:
@@ -112,6 +126,8 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
         out += [f"  {report.path}:{p.line}: {kind}: {p.detail}" for p in listed]
         if n > len(listed):
             out.append(f"  ... and {n - len(listed)} more {kind} problems")
+    if not report.counts:
+        return out  # only claims OUT breaks: nothing a repair could move
     if report.repaired:
         left = report.found - report.moved
         out.append(
@@ -120,6 +136,14 @@ def verify_lines(report: VerifyReport, limit: int = 5) -> list[str]:
         )
     elif all(p.kind in KEPT_KINDS and p.line == 1 for p in report.problems):
         out.append("fix line 1 by hand: a repair never moves the header")
+    elif report.unclaimed is not None:
+        # a run's OUT: its ledger names the records by their place, a repair is refused
+        ext = os.path.splitext(report.path)[1]
+        out.append(
+            f"a run's OUT is not repaired in place (its ledger points at its records): "
+            f"`zotsink cat {report.path} > COPY{ext}` writes each ok task's records once, "
+            f"then `zotsink verify --repair COPY{ext}` repairs the copy"
+        )
     else:
         out.append(
             f"run `zotsink verify --repair {report.path}` to move the damaged lines to "
