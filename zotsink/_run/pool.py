@@ -37,6 +37,8 @@ from .._core.stop import Stopper
 from ..errors import ZotsinkError
 from .attempt import KILL_AFTER, Attempt, Output, signame
 from .commit import CommitGroup, append_held
+from .failures import alike_key
+from .halting import Halting
 from .ledger import Ledger
 from .queue import TaskQueue
 from .tasks import Task, task_argv
@@ -88,8 +90,10 @@ class Pool:
         commit_bytes: float,
         stopper: Stopper | None,
         progress: Callable[[Progress], None] | None = None,
+        halting: Halting | None = None,
     ) -> None:
         self.queue = queue
+        self.halting = halting
         self.how = how
         self.ledger = ledger
         self.output = output
@@ -447,6 +451,22 @@ class Pool:
         self.group.add(a, now)
         self.done += 1
         self.failed += a.status != "ok"
+        self._judge(a)
+
+    def _judge(self, a: Attempt) -> None:
+        """Whether the tasks' failures call for a halt (see .halting)."""
+        last = self.output.last_lines.pop((a.task.num, a.attempt), b"")
+        if self.halting is None or self.halted is not None or self.stopping:
+            return
+        text = last.decode("utf-8", "replace")
+        why = self.halting.end(a.status, alike_key(a.status, text, a.task.line)[1], text)
+        if why is not None:
+            self._halt(
+                f"halted: {why}; nothing more was claimed: the tasks not started stay to "
+                "resubmit once the cause is fixed (--halt-after 0: never halt)"
+            )
+        elif not self.halting.probing:
+            self.queue.limit(None)
 
     def _finish(self, ended: list[Attempt]) -> None:
         """The attempts of one commit: their records go to OUT in one locked append, their

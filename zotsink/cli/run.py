@@ -113,6 +113,13 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     "[default: the ledger's recorded N, else no limit].",
 )
 @click.option(
+    "--halt-after",
+    type=click.IntRange(0),
+    metavar="N",
+    help="Claim no more tasks after N failed in this run (0: never halt) [default: halt "
+    "when the first max(5, 2 x --jobs) tasks to end all failed alike and none was ok].",
+)
+@click.option(
     "--new-settings",
     is_flag=True,
     help="Record this run's --chunk, --base, format, --columns, --kv, --stamp and CMD in "
@@ -141,6 +148,7 @@ def run_cmd(
     task_timeout: float | None,
     grace: float,
     max_attempts: int | None,
+    halt_after: int | None,
     new_settings: bool,
     ledger: str | None,
     log: str | None,
@@ -195,6 +203,7 @@ def run_cmd(
                 task_timeout=task_timeout,
                 grace=grace,
                 max_attempts=max_attempts,
+                halt_after=halt_after,
                 new_settings=new_settings,
                 ledger=ledger,
                 log=log,
@@ -249,7 +258,7 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         parts.append(f"{r.given_up} given up after {r.max_attempts} failed attempts")
     unstarted = r.selected - r.skipped - r.elsewhere - r.given_up - len(r.states)
     if r.halted is not None and unstarted:
-        parts.append(f"{unstarted} not started")
+        parts.append(f"{unstarted} not started (they stay to resubmit)")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
