@@ -60,7 +60,7 @@ def test_systematic_reads_the_last_window_of_ended_tasks() -> None:
     assert systematic(failed, 2)
     assert not systematic(failed[:4], 2)
     assert not systematic(failed, 3)  # a window of 6
-    assert systematic([("ok", "")] + failed, 2)
-    assert not systematic(failed + [("ok", "")], 2)
-    assert not systematic(failed[:4] + [("failed", "j")], 2)
-    assert systematic(failed[:2] + [("interrupted", "")] + failed[:3], 1)
+    assert systematic([("ok", ""), *failed], 2)
+    assert not systematic([*failed, ("ok", "")], 2)
+    assert not systematic([*failed[:4], ("failed", "j")], 2)
+    assert systematic([*failed[:2], ("interrupted", ""), *failed[:3]], 1)

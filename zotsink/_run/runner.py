@@ -22,7 +22,7 @@ from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
 from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._ledgerfile import parse_row, read_ledger
+from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
 from ..errors import UsageError
 from .attempt import Output
 from .failures import alike_key
@@ -429,7 +429,9 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
         data = os.pread(fd, size - start, start)
     finally:
         os.close(fd)
-    lines = data.split(b"\n")[1 if start else 0 : -1]  # whole rows only
+    lines = [line for _n, _at, block in row_blocks((data,), start=start) for line in rows_in(block)]
+    if start:
+        lines = lines[1:]  # it may be the end of a row
     latest: dict[int, tuple[str, object]] = {}
     for line in lines:
         row = parse_row(line)
