@@ -13,6 +13,7 @@ from ._common import (
     Seconds,
     batch_options,
     column_list,
+    counted,
     fail,
     lock_options,
     outcome_code,
@@ -255,14 +256,18 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
     if r.elsewhere:
         parts.append(f"{r.elsewhere} done or running in another run")
     if r.given_up:
-        parts.append(f"{r.given_up} given up after {r.max_attempts} failed attempts")
+        parts.append(
+            f"{r.given_up} given up after {r.max_attempts} failed attempts (a higher "
+            "--max-attempts gives them another chance)"
+        )
     unstarted = r.selected - r.skipped - r.elsewhere - r.given_up - len(r.states)
-    if r.halted is not None and unstarted:
+    if (r.halted is not None or r.signal is not None or r.error is not None) and unstarted:
         parts.append(f"{unstarted} not started (they stay to resubmit)")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
-        f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; {r.records} records into {out}"
+        f"{counted(r.selected, 'task')}: {', '.join(parts) or 'nothing to do'}; "
+        f"{counted(r.records, 'record')} into {out}"
     )
     if bad:
         shown = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")

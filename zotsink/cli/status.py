@@ -228,7 +228,8 @@ def status_lines(report: StatusReport) -> list[str]:
         from .. import array_spec
 
         lines.append(
-            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}"
+            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}; "
+            "a run with a higher --max-attempts gives them another chance"
         )
     if report.settings is not None and "chunk" in report.settings and not report.all_ok:
         spec = report.resubmit()
