@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -189,3 +190,36 @@ def test_the_refusal_of_other_settings_names_the_option_to_give(
     assert r.returncode == 2
     err = " ".join(r.stderr.decode().split())
     assert "Run with the recorded command (`zotsink status TASKS --ledger" in err
+
+
+MEASURE = "def measure(line):\n    return {'item': line}\n"
+
+
+def test_a_call_is_one_file_however_its_path_is_written(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "measure.py").write_text(MEASURE)
+    (tmp_path / "other.py").write_text(MEASURE)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    env = {"SLURM_ARRAY_TASK_ID": None, "SGE_TASK_ID": None, "PBS_ARRAY_INDEX": None}
+    jobs = tmp_path / "jobs"
+    r = zotsink(
+        "run", "../tasks.txt", "../out.tsv", "--call", "../measure.py:measure",
+        "--index", "1", env=env, cwd=jobs,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = ledger_rows(tmp_path / "out.tsv.ledger")
+    [run] = [json.loads(row["note"]) for row in rows if row["event"] == "run"]
+    assert run["call"] == f"{os.path.realpath(tmp_path / 'measure.py')}:measure"
+    # from the file's own directory, named as it is there: the same function
+    r = zotsink("run", "tasks.txt", "out.tsv", "--call", "measure.py:measure", "--index", "2")
+    assert r.returncode == 0, r.stderr
+    runs = [
+        json.loads(r["note"])
+        for r in ledger_rows(tmp_path / "out.tsv.ledger")
+        if r["event"] == "run"
+    ]
+    assert [x["call"] for x in runs] == [run["call"]] * len(runs)  # (tasks: recorded anew)
+    # another file is another function: refused
+    r = zotsink("run", "tasks.txt", "out.tsv", "--call", "other.py:measure", "--index", "3")
+    assert r.returncode == 2
+    assert "records call" in r.stderr.decode() and "other.py:measure" in r.stderr.decode()

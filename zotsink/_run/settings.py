@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ..errors import InputError, UsageError
+from .worker import resolved_call
 
 __all__ = [
     "COMPARED_SETTINGS",
@@ -68,8 +69,8 @@ def run_settings(
         "command": "--shell" if shell else shlex.join(command),
         "max_attempts": "" if max_attempts is None else str(max_attempts),
     }
-    if call is not None:  # a function per task: its spec is the command
-        settings.update(command="", call=call)
+    if call is not None:  # a function per task: its spec (its file's real path) is the command
+        settings.update(command="", call=resolved_call(call))
     if array:  # without an index every task runs: chunk and base do not apply
         settings.update(chunk=str(chunk), base=str(base))
     return settings
@@ -103,7 +104,13 @@ def settings_conflict(
         if name in _ARRAY_SETTINGS and not (recorded.get(name) and new.get(name)):
             continue
         old, now = recorded.get(name, ""), new.get(name, "")
-        if old != now:
+        if name == "call" and old and now:
+            # one file however it was named; a spec an older release recorded as given
+            # (relative) resolves against this run's directory
+            same = resolved_call(old) == resolved_call(now)
+        else:
+            same = old == now
+        if not same:
             return name, old, now
     return None
 
