@@ -202,10 +202,8 @@ def test_a_call_is_one_file_however_its_path_is_written(tmp_path: Path, zotsink:
     (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
     env = {"SLURM_ARRAY_TASK_ID": None, "SGE_TASK_ID": None, "PBS_ARRAY_INDEX": None}
     jobs = tmp_path / "jobs"
-    r = zotsink(
-        "run", "../tasks.txt", "../out.tsv", "--call", "../measure.py:measure",
-        "--index", "1", env=env, cwd=jobs,
-    )  # fmt: skip
+    call = ("--call", "../measure.py:measure", "--index", "1")
+    r = zotsink("run", "../tasks.txt", "../out.tsv", *call, env=env, cwd=jobs)
     assert r.returncode == 0, r.stderr
     rows = ledger_rows(tmp_path / "out.tsv.ledger")
     [run] = [json.loads(row["note"]) for row in rows if row["event"] == "run"]
@@ -223,3 +221,37 @@ def test_a_call_is_one_file_however_its_path_is_written(tmp_path: Path, zotsink:
     r = zotsink("run", "tasks.txt", "out.tsv", "--call", "other.py:measure", "--index", "3")
     assert r.returncode == 2
     assert "records call" in r.stderr.decode() and "other.py:measure" in r.stderr.decode()
+
+
+def test_elements_of_one_array_job_run_whatever_value_of_their_own_cmd_carries(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\nd\n")
+
+    def element(job: str, index: int, *extra: str) -> subprocess.CompletedProcess[bytes]:
+        env = {"SLURM_ARRAY_JOB_ID": job, "SLURM_ARRAY_TASK_ID": str(index)}
+        return zotsink(
+            "run", "tasks.txt", "out.tsv", *extra, "--", "echo", "--seed", str(index), env=env
+        )
+
+    for index in (1, 2):  # one submission: `--seed $SLURM_ARRAY_TASK_ID`
+        r = element("77", index)
+        assert r.returncode == 0, r.stderr
+    rows = ledger_rows(tmp_path / "out.tsv.ledger")
+    runs = [json.loads(r["note"]) for r in rows if r["event"] == "run"]
+    assert [(x["array_job"], x["command"]) for x in runs] == [
+        ("77", "echo --seed 1"),
+        ("77", "echo --seed 2"),
+    ]
+    # a later submission called otherwise is refused, as ever
+    r = element("78", 3)
+    assert r.returncode == 2
+    assert "records command 'echo --seed 2'" in r.stderr.decode()
+    # with --new-settings it records its own, and its other elements run too
+    r = element("78", 3, "--new-settings")
+    assert r.returncode == 0, r.stderr
+    r = element("78", 4)
+    assert r.returncode == 0, r.stderr
+    assert sorted((tmp_path / "out.tsv").read_text().split()) == sorted(
+        ["--seed", "1", "a", "--seed", "2", "b", "--seed", "3", "c", "--seed", "4", "d"]
+    )

@@ -20,6 +20,7 @@ from .._core.options import BATCH_BYTES, MAX_TIMEOUT, WriteOptions, check_second
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
+from .._core.stamp import job_id, task_id
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
@@ -360,6 +361,7 @@ def _run(o: _RunOptions) -> RunReport:
         stamp=opts.stamp,
         max_attempts=max_attempts,
         call=o.call,
+        array_job=job_id(o.env) if task_id(o.env) else "",
     )
     try:
         settings = reconcile(
