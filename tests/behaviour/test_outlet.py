@@ -320,5 +320,5 @@ def test_a_line_over_the_limit_waits_and_spills_as_every_block_does(
     [spill] = spills(tmp_path, "out.txt.rejects")
     head = f"byte 3: over the {MAX_LINE}-byte line limit\t".encode()
     assert spill.read_bytes() == head + long + b"\n"
-    assert f"zotsink: 1 records refused; they are in {spill}" in err
+    assert f"zotsink: 1 record refused; they are in {spill}" in err
     assert "out.txt.rejects: the lock was still held by another writer after 0.3 s" in err
