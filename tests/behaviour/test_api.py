@@ -216,7 +216,7 @@ def test_recover_archive_recovers_what_recover_recovers(tmp_path: Path, zotsink:
     report = zotsink_api.recover_archive(tmp_path / "api.tar")
     r = zotsink("recover", "cli.tar")
     assert r.returncode == 0, r.stderr
-    assert b"recovered 1 members from 1 spill tars" in r.stderr
+    assert b"recovered 1 member from 1 spill tar" in r.stderr
     assert isinstance(report, zotsink_api.ArchiveRecoverReport)
     assert report.to_dict() == {
         "files": [str(next(iter(report.files)))],

@@ -125,7 +125,7 @@ def test_the_same_keyed_collect_twice_adds_no_row_and_keeps_out(tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     # OUT's record for k=2 cannot be taken back: the new one is a counted conflict
     assert lines(tmp_path / "out.tsv") == ["source\tk\tv", "a\t1\ta", "b\t2\tb", "c\t3\tc"]
-    assert b"3 files, 1 records, 1 duplicates dropped, 1 key conflicts" in r.stderr
+    assert b"3 files, 1 record, 1 duplicate dropped, 1 key conflict" in r.stderr
 
 
 # -- big files and archive members --------------------------------------------------------

@@ -68,6 +68,6 @@ def test_recover_folds_a_spill_tar_back(archive: Path, zotsink: Run) -> None:
     assert r.returncode == 75 and b".spill." in r.stderr
     r = zotsink("recover", archive)
     assert r.returncode == 0, r.stderr
-    assert b"recovered 1 members from 1 spill tars" in r.stderr
+    assert b"recovered 1 member from 1 spill tar" in r.stderr
     assert zotsink("cat", archive, "k3.png").stdout == b"R"
     assert zotsink("verify", archive).returncode == 0

@@ -141,7 +141,7 @@ def test_a_spill_tar_is_taken_under_its_writers_lock(
         held.communicate(b"")
     r = zotsink("recover", "arch.tar")
     assert r.returncode == 0, r.stderr
-    assert b"recovered 1 members from 1 spill tars" in r.stderr
+    assert b"recovered 1 member from 1 spill tar" in r.stderr
     assert not spill.exists() and _names(archive) == ["a.txt", "b.txt", "c.txt"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -76,7 +77,10 @@ def test_missing_array_gives_the_recorded_chunks(chunked: Path, zotsink: Run) ->
 
 def test_a_run_without_index_keeps_the_recorded_chunk(chunked: Path, zotsink: Run) -> None:
     env = {"SLURM_ARRAY_TASK_ID": None, "SGE_TASK_ID": None, "PBS_ARRAY_INDEX": None}
-    r = zotsink("run", chunked, "out.tsv", "--new-settings", "--", "false", env=env)
+    # (--halt-after 0: every task fails alike, which would halt the run by default)
+    r = zotsink(
+        "run", chunked, "out.tsv", "--new-settings", "--halt-after", "0", "--", "false", env=env
+    )
     assert r.returncode == 1  # every other task failed
     assert "300 tasks: 280 failed, 20 already ok" in r.stderr.decode()
     r = zotsink("missing", chunked, "--ledger", "out.tsv.ledger", "--array")
@@ -186,3 +190,68 @@ def test_the_refusal_of_other_settings_names_the_option_to_give(
     assert r.returncode == 2
     err = " ".join(r.stderr.decode().split())
     assert "Run with the recorded command (`zotsink status TASKS --ledger" in err
+
+
+MEASURE = "def measure(line):\n    return {'item': line}\n"
+
+
+def test_a_call_is_one_file_however_its_path_is_written(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "measure.py").write_text(MEASURE)
+    (tmp_path / "other.py").write_text(MEASURE)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    env = {"SLURM_ARRAY_TASK_ID": None, "SGE_TASK_ID": None, "PBS_ARRAY_INDEX": None}
+    jobs = tmp_path / "jobs"
+    call = ("--call", "../measure.py:measure", "--index", "1")
+    r = zotsink("run", "../tasks.txt", "../out.tsv", *call, env=env, cwd=jobs)
+    assert r.returncode == 0, r.stderr
+    rows = ledger_rows(tmp_path / "out.tsv.ledger")
+    [run] = [json.loads(row["note"]) for row in rows if row["event"] == "run"]
+    assert run["call"] == f"{os.path.realpath(tmp_path / 'measure.py')}:measure"
+    # from the file's own directory, named as it is there: the same function
+    r = zotsink("run", "tasks.txt", "out.tsv", "--call", "measure.py:measure", "--index", "2")
+    assert r.returncode == 0, r.stderr
+    runs = [
+        json.loads(r["note"])
+        for r in ledger_rows(tmp_path / "out.tsv.ledger")
+        if r["event"] == "run"
+    ]
+    assert [x["call"] for x in runs] == [run["call"]] * len(runs)  # (tasks: recorded anew)
+    # another file is another function: refused
+    r = zotsink("run", "tasks.txt", "out.tsv", "--call", "other.py:measure", "--index", "3")
+    assert r.returncode == 2
+    assert "records call" in r.stderr.decode() and "other.py:measure" in r.stderr.decode()
+
+
+def test_elements_of_one_array_job_run_whatever_value_of_their_own_cmd_carries(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\nd\n")
+
+    def element(job: str, index: int, *extra: str) -> subprocess.CompletedProcess[bytes]:
+        env = {"SLURM_ARRAY_JOB_ID": job, "SLURM_ARRAY_TASK_ID": str(index)}
+        return zotsink(
+            "run", "tasks.txt", "out.tsv", *extra, "--", "echo", "--seed", str(index), env=env
+        )
+
+    for index in (1, 2):  # one submission: `--seed $SLURM_ARRAY_TASK_ID`
+        r = element("77", index)
+        assert r.returncode == 0, r.stderr
+    rows = ledger_rows(tmp_path / "out.tsv.ledger")
+    runs = [json.loads(r["note"]) for r in rows if r["event"] == "run"]
+    assert [(x["array_job"], x["command"]) for x in runs] == [
+        ("77", "echo --seed 1"),
+        ("77", "echo --seed 2"),
+    ]
+    # a later submission called otherwise is refused, as ever
+    r = element("78", 3)
+    assert r.returncode == 2
+    assert "records command 'echo --seed 2'" in r.stderr.decode()
+    # with --new-settings it records its own, and its other elements run too
+    r = element("78", 3, "--new-settings")
+    assert r.returncode == 0, r.stderr
+    r = element("78", 4)
+    assert r.returncode == 0, r.stderr
+    assert sorted((tmp_path / "out.tsv").read_text().split()) == sorted(
+        ["--seed", "1", "a", "--seed", "2", "b", "--seed", "3", "c", "--seed", "4", "d"]
+    )

@@ -90,6 +90,8 @@ def test_usr2_stops_forwards_keeps_output_and_resumes(
     assert run.returncode == 128 + signal.SIGUSR2, err
     assert took < grace + 5, took
     assert b"stopped by SIGUSR2" in err
+    # the summary names what the stop left: interrupted, and not started (to resubmit)
+    assert b"6 tasks: 3 interrupted, 3 not started (they stay to resubmit)" in err
     for f in ready:  # every task is gone, the stubborn one too
         pid = int(f.name.rsplit(".", 1)[1])
         with pytest.raises(ProcessLookupError):

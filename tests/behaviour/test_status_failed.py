@@ -125,7 +125,7 @@ def test_three_thousand_alike_failures_are_one_group_with_its_traceback_whole(
     tasks.write_text("".join(f"img{n:04d}.json\n" for n in range(1, 3001)))
     (tmp_path / "measure.py").write_text(WRONG_PATH)
     r = zotsink("run", tasks, "out.tsv", "--jobs", "2", "--call", "measure.py:measure",
-                timeout=300)  # fmt: skip
+                "--halt-after", "0", timeout=300)  # fmt: skip
     assert r.returncode == 1, r.stderr
     r = zotsink("status", tasks, "out.tsv", "--failed")
     assert r.returncode == 1

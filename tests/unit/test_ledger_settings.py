@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from pathlib import Path
 
@@ -10,7 +11,12 @@ import pytest
 from zotsink import UsageError
 from zotsink._ledgerfile import read_ledger
 from zotsink._run.ledger import Ledger
-from zotsink._run.settings import settings_conflict
+from zotsink._run.settings import (
+    check_news_settings,
+    run_settings,
+    settings_conflict,
+    settings_note,
+)
 from zotsink._run.states import read_begin, states_of
 from zotsink._run.tasks import Task
 
@@ -98,3 +104,41 @@ def test_reconcile_is_what_a_run_goes_on_with() -> None:
         reconcile(recorded, other, path="L", array=True, new_settings=False)
     got = reconcile(recorded, other, path="L", array=True, new_settings=True)
     assert (got["chunk"], got["base"]) == ("5", "7")  # recorded anew, as this run was called
+
+
+def test_a_relative_call_recorded_by_an_older_release_resolves_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "f.py").write_text("def main(line): pass\n")
+    monkeypatch.chdir(tmp_path)
+    here = run_settings(
+        "t",
+        (),
+        shell=False,
+        array=False,
+        chunk=1,
+        base=1,
+        format="tsv",
+        columns=None,
+        kv=None,
+        stamp=(),
+        max_attempts=None,
+        call="f.py:main",
+    )
+    assert here["call"] == f"{os.path.realpath(tmp_path / 'f.py')}:main"
+    assert settings_conflict({**here, "call": "f.py:main"}, here) is None
+    assert settings_conflict({**here, "call": "./f.py:main"}, here) is None
+    old = {**here, "call": "../f.py:main"}  # another file, from here
+    assert settings_conflict(old, here) == ("call", "../f.py:main", here["call"])
+
+
+def test_a_run_row_of_another_element_of_the_same_array_job_stops_nothing() -> None:
+    mine = {**A, "array_job": "77", "command": "echo --seed 2"}
+    theirs = settings_note({**A, "array_job": "77", "command": "echo --seed 1"})
+    assert check_news_settings("L", theirs, mine) == (None, False)
+    other_job = settings_note({**A, "array_job": "78", "command": "echo --seed 1"})
+    why, _ = check_news_settings("L", other_job, mine)
+    assert why is not None and "records command 'echo --seed 1'" in why
+    # the same array job but another format: refused
+    why, _ = check_news_settings("L", settings_note({**mine, "format": "csv"}), mine)
+    assert why is not None and "records format 'csv'" in why

@@ -150,7 +150,7 @@ def test_saved_nowhere_is_a_loud_error(tmp_path: Path, monkeypatch) -> None:
 
     w = Writer(out)
     monkeypatch.setattr(os, "write", broken)
-    with pytest.raises(WriteError, match=r"could not save 1 records meant for .* anywhere") as e:
+    with pytest.raises(WriteError, match=r"could not save 1 record meant for .* anywhere") as e:
         outlet_write(w, b"x\n", T)
     assert "they are lost unless the producer can send them again" in str(e.value)
 

@@ -161,7 +161,7 @@ def spill(
             return path
     count = data.count(b"\n") if isinstance(data, bytes) else sum(c.count(b"\n") for c in data())
     raise WriteError(
-        f"could not save {count} records meant for {out} anywhere ("
+        f"could not save {count} record{'' if count == 1 else 's'} meant for {out} anywhere ("
         + "; ".join(errors)
         + "): they are lost unless the producer can send them again",
         path=out,

@@ -59,6 +59,9 @@ class Output:
         self.out = out
         self.log = log
         self.kv = kv
+        # each attempt's last stderr line that is not blank, until its end is told: what
+        # its failure is grouped by (see .halting)
+        self.last_lines: dict[tuple[int, int], bytes] = {}
 
     def encoder(self, env: dict[str, str]) -> BlockEncoder:
         """An attempt's own encoder: its task number and attempt in its stamps."""
@@ -125,7 +128,7 @@ class Output:
         return LongLine(self.out.writer.path, where)
 
     def log_lines(self, num: int, attempt: int) -> LogLines:
-        return LogLines(self.log, num, attempt)
+        return LogLines(self.log, num, attempt, self.last_lines if num else None)
 
 
 class _Pipe:

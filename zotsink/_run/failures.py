@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 
 from .status import FailedTask
 
-__all__ = ["FailureGroup", "failure_tail", "group_failures"]
+__all__ = ["FailureGroup", "alike_key", "failure_tail", "group_failures"]
 
 #: The first line of a Python traceback, and of each chained one.
 TRACEBACK: Final = "Traceback (most recent call last):"
@@ -48,13 +48,20 @@ def _last_line(task: FailedTask) -> str:
     return next((line for line in reversed(task.stderr) if line.strip()), "")
 
 
-def _alike(task: FailedTask) -> tuple[str, str]:
+def alike_key(state: str, last_line: str, task_line: str) -> tuple[str, str]:
+    """The key by which failures are grouped: the state, and the last stderr line with the
+    task's own line and the numbers in it set aside."""
     # the path or name of the task itself, and counts in the message, differ between tasks
     # that failed for one reason (`No such file: 'img/0042.jpg'`)
-    line = _last_line(task)
-    if task.line.strip():
-        line = line.replace(task.line, "{}")
-    return task.state, _NUMBER.sub("#", line)
+    # (as a number: a task line that is a number would else be set aside inside others)
+    line = last_line
+    if task_line.strip():
+        line = line.replace(task_line, "#")
+    return state, _NUMBER.sub("#", line)
+
+
+def _alike(task: FailedTask) -> tuple[str, str]:
+    return alike_key(task.state, _last_line(task), task.line)
 
 
 def group_failures(found: Sequence[FailedTask]) -> list[FailureGroup]:

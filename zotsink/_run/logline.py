@@ -46,17 +46,23 @@ class LogLines:
     """Where the lines of a pipe that is for a person go (a task's stderr, a function
     worker's prints): the log, each under its task's number and attempt (task 0: the run's
     own). A line over the limit has its head logged and a note of its length.
-    A :class:`~zotsink._core.pump.LineSink`."""
+    A :class:`~zotsink._core.pump.LineSink`. ``last``: where the last line that is not
+    blank is kept, under (task number, attempt)."""
 
-    __slots__ = ("attempt", "log", "num")
+    __slots__ = ("attempt", "last", "log", "num")
 
-    def __init__(self, log: _Log, num: int, attempt: int) -> None:
+    def __init__(
+        self, log: _Log, num: int, attempt: int, last: dict[tuple[int, int], bytes] | None = None
+    ) -> None:
         self.log = log
         self.num = num
         self.attempt = attempt
+        self.last = last
 
     def line(self, text: bytes) -> None:
         self.log.add(log_line(self.num, self.attempt, text), 1)  # the one writer of the format
+        if self.last is not None and text.strip():
+            self.last[self.num, self.attempt] = text
 
     def lines(self, block: bytes) -> None:
         for lines, _whole in line_blocks((block,)):  # whole lines: one list

@@ -44,6 +44,8 @@ from .._core.stop import STOP_SIGNALS, Stopper
 from ..errors import ZotsinkError
 from .attempt import KILL_AFTER, Attempt, Output, signame
 from .commit import CommitGroup, append_held
+from .failures import alike_key
+from .halting import Halting
 from .ledger import Ledger
 from .queue import FollowSource, TaskQueue
 from .states import start_alive
@@ -109,8 +111,10 @@ class Pool:
         progress: Callable[[Progress], None] | None = None,
         idle: float | None = None,
         task_time: float | None = None,
+        halting: Halting | None = None,
     ) -> None:
         self.queue = queue
+        self.halting = halting
         self.idle_limit = idle  # a followed list: end after this long with nothing to do
         self.task_time = task_time  # given; else the mean of this run's attempts
         self.seconds = 0.0  # of this run's ended attempts, for their mean
@@ -643,6 +647,22 @@ class Pool:
             given = self.task_time
             self.queue.task_time = given if given is not None else self.seconds / self.done
         self.failed += a.status != "ok"
+        self._judge(a)
+
+    def _judge(self, a: Attempt) -> None:
+        """Whether the tasks' failures call for a halt (see .halting)."""
+        last = self.output.last_lines.pop((a.task.num, a.attempt), b"")
+        if self.halting is None or self.halted is not None or self.stopping:
+            return
+        text = last.decode("utf-8", "replace")
+        why = self.halting.end(a.status, alike_key(a.status, text, a.task.line)[1], text)
+        if why is not None:
+            self._halt(
+                f"halted: {why}; nothing more was claimed: the tasks not started stay to "
+                "resubmit once the cause is fixed (--halt-after 0: never halt)"
+            )
+        elif not self.halting.probing:
+            self.queue.limit(None)
 
     def _finish(self, ended: list[Attempt]) -> None:
         """The attempts of one commit: their records go to OUT in one locked append, their

@@ -241,6 +241,8 @@ class TaskQueue(Generic[Task]):
         self._claimed_at = 0.0
         self._asked_at = 0.0
         self._ran = False  # a task ran at all
+        self._picked = 0  # tasks claimed in this run
+        self._cap: int | None = None  # claim no more than this many in all (see limit)
 
     @classmethod
     def over(cls, tasks: deque[Task], *, given_up: GivenUp, rerun_ok: set[int]) -> TaskQueue[Task]:
@@ -297,13 +299,17 @@ class TaskQueue(Generic[Task]):
         rate = self._since_claim / max(now - self._claimed_at, 1e-3)
         ahead = math.ceil(rate * 2 * window) if self._ran else 0
         self._asked_at = now
-        return max(max(free, 0) + ahead - len(self._ready), 0)
+        want = max(max(free, 0) + ahead - len(self._ready), 0)
+        if self._cap is not None:
+            want = min(want, max(self._cap - self._picked, 0))
+        return want
 
     def claim_due(self, free: int, idle: bool) -> bool:
         """Whether to claim now, commit or not: a task could start (a free slot, or nothing
         runs at all) and none claimed waits."""
         waiting = self._pending or self._unlearned
-        ready = not self._ready and not self.stopped and not self.out_of_time
+        capped = self._cap is not None and self._picked >= self._cap
+        ready = not self._ready and not self.stopped and not self.out_of_time and not capped
         return bool(waiting) and ready and (free > 0 or idle)
 
     def pick(
@@ -343,6 +349,7 @@ class TaskQueue(Generic[Task]):
                 self.taken_over += 1
             claimed.append((task, (state.starts if state is not None else 0) + 1))
         self._ready.extend(claimed)
+        self._picked += len(claimed)
         self._since_claim = 0
         self._claimed_at = self._asked_at
         return Picked(claimed, dropped)
@@ -381,8 +388,14 @@ class TaskQueue(Generic[Task]):
             and not (self._pending or self._unlearned or self._ready)
         )
 
+    def limit(self, n: int | None) -> None:
+        """Claim no more than ``n`` more tasks until told otherwise (None: no limit): a run
+        whose ledger says every task fails alike tries one first (see .halting)."""
+        self._cap = None if n is None else self._picked + n
+
     def unpick(self, picked: Picked) -> None:
         """The claim was not written: its tasks are back where they were."""
+        self._picked -= len(picked.claimed)
         for task, _ in reversed(picked.claimed):
             self._ready.pop()
             self._pending.appendleft(task)

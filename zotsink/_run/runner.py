@@ -22,13 +22,16 @@ from .._core.outcheck import check_side_file
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
+from .._core.stamp import job_id, task_id
 from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._ledgerfile import read_ledger
+from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
 from ..errors import UsageError
 from .alive import RUN_VAR, job_end, proc_start, run_mark
 from .attempt import Output
 from .control import read_control
+from .failures import alike_key
+from .halting import Halting, systematic
 from .ledger import Ledger
 from .pool import Pool, Progress, Tasking
 from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
@@ -128,6 +131,7 @@ def run_tasks(
     task_timeout: float | None = None,
     grace: float = 30.0,
     max_attempts: int | None = None,
+    halt_after: int | None = None,
     new_settings: bool = False,
     ledger: str | os.PathLike[str] | None = None,
     log: str | os.PathLike[str] | None = None,
@@ -180,6 +184,9 @@ def run_tasks(
     starts, unless ``new_settings`` (:func:`~zotsink._run.settings.reconcile`).
     ``max_attempts`` (else the recorded one): a task whose failed, killed
     or timed-out attempts reached it is ``given-up`` and not started again.
+
+    ``halt_after``: claim nothing more after that many failed tasks in this run (0: never
+    halt); None: halt when the first tasks all fail alike (see :mod:`zotsink._run.halting`).
     """
     refuse_nested_run()
     o = _options(
@@ -198,6 +205,7 @@ def run_tasks(
         task_timeout=task_timeout,
         grace=grace,
         max_attempts=max_attempts,
+        halt_after=halt_after,
         new_settings=new_settings,
         ledger=ledger,
         log=log,
@@ -243,6 +251,7 @@ class _RunOptions(NamedTuple):
     task_timeout: float | None
     grace: float
     max_attempts: int | None
+    halt_after: int | None
     new_settings: bool
     write: WriteOptions
     env: dict[str, str]
@@ -272,6 +281,7 @@ def _options(
     task_timeout: float | None,
     grace: float,
     max_attempts: int | None,
+    halt_after: int | None,
     new_settings: bool,
     ledger: str | os.PathLike[str] | None,
     log: str | os.PathLike[str] | None,
@@ -322,6 +332,12 @@ def _options(
         raise UsageError(
             f"max_attempts (--max-attempts) must be a whole number >= 1, not {max_attempts!r}"
         )
+    if halt_after is not None and (
+        isinstance(halt_after, bool) or not isinstance(halt_after, int) or halt_after < 0
+    ):
+        raise UsageError(
+            f"halt_after (--halt-after) must be a whole number >= 0, not {halt_after!r}"
+        )
     njobs = _jobs(jobs, env)
     ledger_path = os.fspath(ledger) if ledger is not None else out + ".ledger"
     log_path = os.fspath(log) if log is not None else out + ".log"
@@ -359,6 +375,7 @@ def _options(
         task_timeout=task_timeout,
         grace=grace,
         max_attempts=max_attempts,
+        halt_after=halt_after,
         new_settings=new_settings,
         write=write,
         env=env,
@@ -437,6 +454,7 @@ def _run(o: _RunOptions) -> RunReport:
         stamp=opts.stamp,
         max_attempts=max_attempts,
         call=o.call,
+        array_job=job_id(o.env) if task_id(o.env) else "",
     )
     if o.pull:
         # chunked and pull runs share a ledger: pull is not compared, only recorded (for
@@ -469,7 +487,10 @@ def _run(o: _RunOptions) -> RunReport:
     queue.learn(states)
     if control.closed and isinstance(source, FollowSource):
         source.close(control.closed_lines)
-    pool = _pool(o, queue, ledger, template)
+    halting = Halting(o.jobs, o.halt_after, again=systematic(_recent_ends(o.ledger_path), o.jobs))
+    if halting.probing:
+        queue.limit(1)
+    pool = _pool(o, queue, ledger, template, halting)
     try:
         pool.loop()
     finally:
@@ -495,7 +516,45 @@ def _element_tasks(o: _RunOptions) -> list[Task]:
     return todo
 
 
-def _pool(o: _RunOptions, queue: TaskQueue[Task], ledger: Ledger, template: Encoder) -> Pool:
+#: Bytes at the ledger's end read for the last ended tasks (see _recent_ends).
+_RECENT_BYTES = 1 << 18
+
+
+def _recent_ends(path: str) -> list[tuple[str, object]]:
+    """The last ended tasks in the ledger's last rows, oldest first: each task's latest end
+    row's status and what its failure is grouped by (its exit, signal and note: the ledger
+    keeps no stderr). Empty when there is no ledger yet; a hint, not a count."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        size = os.fstat(fd).st_size
+        start = max(size - _RECENT_BYTES, 0)
+        data = os.pread(fd, size - start, start)
+    finally:
+        os.close(fd)
+    lines = [line for _n, _at, block in row_blocks((data,), start=start) for line in rows_in(block)]
+    if start:
+        lines = lines[1:]  # it may be the end of a row
+    latest: dict[int, tuple[str, object]] = {}
+    for line in lines:
+        row = parse_row(line)
+        if row is None or row.event != "end":
+            continue
+        latest.pop(row.tasknum, None)  # its latest end row, in the order it came
+        why = alike_key(row.status, f"{row.exit}/{row.signal}/{row.note}", row.key)
+        latest[row.tasknum] = (row.status, why)
+    return list(latest.values())
+
+
+def _pool(
+    o: _RunOptions,
+    queue: TaskQueue[Task],
+    ledger: Ledger,
+    template: Encoder,
+    halting: Halting | None = None,
+) -> Pool:
     """The pool, with OUT and the log opened through the locked append path."""
     opts = o.write
 
@@ -536,6 +595,7 @@ def _pool(o: _RunOptions, queue: TaskQueue[Task], ledger: Ledger, template: Enco
         progress=o.progress,
         idle=o.idle,
         task_time=o.task_time,
+        halting=halting,
     )
 
 

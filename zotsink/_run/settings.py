@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ..errors import InputError, UsageError
+from .worker import resolved_call
 
 __all__ = [
     "COMPARED_SETTINGS",
@@ -54,9 +55,11 @@ def run_settings(
     stamp: Sequence[str],
     max_attempts: int | None,
     call: str | None = None,
+    array_job: str = "",
 ) -> dict[str, str]:
     """How a run was called, as the ledger records it (text values, keys as in
-    :data:`COMPARED_SETTINGS`); a caller may add keys of its own."""
+    :data:`COMPARED_SETTINGS`); a caller may add keys of its own. ``array_job``: the
+    scheduler's id of the array job this run is an element of ("" outside one)."""
     import shlex
 
     settings = {
@@ -68,11 +71,24 @@ def run_settings(
         "command": "--shell" if shell else shlex.join(command),
         "max_attempts": "" if max_attempts is None else str(max_attempts),
     }
-    if call is not None:  # a function per task: its spec is the command
-        settings.update(command="", call=call)
+    if call is not None:  # a function per task: its spec (its file's real path) is the command
+        settings.update(command="", call=resolved_call(call))
     if array:  # without an index every task runs: chunk and base do not apply
         settings.update(chunk=str(chunk), base=str(base))
+    if array_job:
+        settings["array_job"] = array_job
     return settings
+
+
+def _element_command(recorded: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    """Whether ``new`` is an element of the array job that recorded ``recorded`` and differs
+    from it in its command alone: a command may carry a value of its own per element
+    (``$TMPDIR``, ``--seed $SLURM_ARRAY_TASK_ID``), and every element of one submission
+    must run."""
+    job = recorded.get("array_job", "")
+    if not job or job != new.get("array_job", ""):
+        return False
+    return settings_conflict(recorded, {**new, "command": recorded.get("command", "")}) is None
 
 
 def settings_note(settings: Mapping[str, str]) -> str:
@@ -103,7 +119,13 @@ def settings_conflict(
         if name in _ARRAY_SETTINGS and not (recorded.get(name) and new.get(name)):
             continue
         old, now = recorded.get(name, ""), new.get(name, "")
-        if old != now:
+        if name == "call" and old and now:
+            # one file however it was named; a spec an older release recorded as given
+            # (relative) resolves against this run's directory
+            same = resolved_call(old) == resolved_call(now)
+        else:
+            same = old == now
+        if not same:
             return name, old, now
     return None
 
@@ -153,7 +175,7 @@ def reconcile(
         limit = recorded_max_attempts(recorded)
         out["max_attempts"] = "" if limit is None else str(limit)
     differ = settings_conflict(recorded, out)
-    if differ is not None and not new_settings:
+    if differ is not None and not new_settings and not _element_command(recorded, out):
         raise UsageError(settings_message(path, *differ), path=path)
     return out
 
@@ -168,7 +190,7 @@ def check_news_settings(
     if recorded is None:
         return None, False
     differ = settings_conflict(recorded, settings)
-    if differ is not None:
+    if differ is not None and not _element_command(recorded, settings):
         return settings_message(path, *differ), False
     return None, recorded == dict(settings)
 

@@ -57,7 +57,15 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import subprocess
 
-__all__ = ["WORKER_VAR", "Worker", "call_spec", "function_spec", "main", "refuse_nested_run"]
+__all__ = [
+    "WORKER_VAR",
+    "Worker",
+    "call_spec",
+    "function_spec",
+    "main",
+    "refuse_nested_run",
+    "resolved_call",
+]
 
 _LEN: Final = struct.Struct(">I")
 #: Kinds of result items: text of lines (its last piece), one record by name, a piece of
@@ -92,6 +100,17 @@ def call_spec(spec: str) -> str:
             raise UsageError(f"--call {spec}: {where} is not a file (give FILE.py:FUNC)")
     elif not all(part.isidentifier() for part in where.split(".")):
         raise UsageError(f"--call {spec}: {where!r} is neither a .py file nor a module name")
+    return spec
+
+
+def resolved_call(spec: str) -> str:
+    """``spec`` with its file (``FILE.py:FUNC``) as an absolute path, links resolved, so
+    that ``../measure.py:measure`` and, from that directory, ``measure.py:measure`` are one
+    spec; a module's spec as it is. A relative path resolves against the current
+    directory."""
+    where, sep, name = spec.rpartition(":")
+    if sep and where and _is_file(where):
+        return f"{os.path.realpath(where)}:{name}"
     return spec
 
 

@@ -10,6 +10,7 @@ import click
 
 from ._common import (
     CONTEXT,
+    counted,
     fail,
     lock_options,
     quiet_option,
@@ -250,8 +251,9 @@ def collect_cmd(
 def collect_summary(report: CollectReport) -> str:
     """The one line that ends ``zotsink collect``'s report on stderr."""
     text = (
-        f"{report.files} files, {report.records} records, {report.duplicates} duplicates "
-        f"dropped, {report.conflicts} key conflicts, {len(report.skipped)} skipped"
+        f"{counted(report.files, 'file')}, {counted(report.records, 'record')}, "
+        f"{counted(report.duplicates, 'duplicate')} dropped, "
+        f"{counted(report.conflicts, 'key conflict')}, {len(report.skipped)} skipped"
     )
     if report.already:
         text += f", {report.already} already collected"

@@ -47,7 +47,8 @@ def recover_cmd(
         for left in arep.left:
             say(f"left {left}")
         say(
-            f"recovered {arep.members} members from {len(arep.files)} spill tars into {out}"
+            f"recovered {counted(arep.members, 'member')} from "
+            f"{counted(len(arep.files), 'spill tar')} into {out}"
             + (f" ({arep.skipped} were in it already)" if arep.skipped else "")
         )
         sys.exit(0 if arep.ok else 1)

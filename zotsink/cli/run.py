@@ -13,6 +13,7 @@ from ._common import (
     Seconds,
     batch_options,
     column_list,
+    counted,
     fail,
     lock_options,
     outcome_code,
@@ -113,6 +114,13 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     "[default: the ledger's recorded N, else no limit].",
 )
 @click.option(
+    "--halt-after",
+    type=click.IntRange(0),
+    metavar="N",
+    help="Claim no more tasks after N failed in this run (0: never halt) [default: halt "
+    "when the first max(5, 2 x --jobs) tasks to end all failed alike and none was ok].",
+)
+@click.option(
     "--new-settings",
     is_flag=True,
     help="Record this run's --chunk, --base, format, --columns, --kv, --stamp and CMD in "
@@ -171,6 +179,7 @@ def run_cmd(
     task_timeout: float | None,
     grace: float,
     max_attempts: int | None,
+    halt_after: int | None,
     new_settings: bool,
     pull: bool,
     follow: bool,
@@ -230,6 +239,7 @@ def run_cmd(
                 task_timeout=task_timeout,
                 grace=grace,
                 max_attempts=max_attempts,
+                halt_after=halt_after,
                 new_settings=new_settings,
                 pull=pull,
                 follow=follow,
@@ -286,14 +296,18 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
     if r.elsewhere:
         parts.append(f"{r.elsewhere} done or running in another run")
     if r.given_up:
-        parts.append(f"{r.given_up} given up after {r.max_attempts} failed attempts")
+        parts.append(
+            f"{r.given_up} given up after {r.max_attempts} failed attempts (a higher "
+            "--max-attempts gives them another chance)"
+        )
     unstarted = r.selected - r.skipped - r.elsewhere - r.given_up - len(r.states)
-    if r.halted is not None and unstarted:
-        parts.append(f"{unstarted} not started")
+    if (r.halted is not None or r.signal is not None or r.error is not None) and unstarted:
+        parts.append(f"{unstarted} not started (they stay to resubmit)")
     bad = [n for state, nums in counts.items() if state != "ok" for n in nums]
     # every run ends with one line (-q: none): an all-ok run printed nothing before
     say(
-        f"{r.selected} tasks: {', '.join(parts) or 'nothing to do'}; {r.records} records into {out}"
+        f"{counted(r.selected, 'task')}: {', '.join(parts) or 'nothing to do'}; "
+        f"{counted(r.records, 'record')} into {out}"
     )
     if bad:
         shown = ",".join(map(str, bad[:20])) + (",..." if len(bad) > 20 else "")

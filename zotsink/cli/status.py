@@ -124,9 +124,10 @@ def status_cmd(
     \b
     The ledger is OUT.ledger (or --ledger PATH). States: ok, failed, killed,
     timeout, interrupted, given-up (failed --max-attempts times), running (a
-    start and no end yet), lost (a start whose run process is gone), never (no
-    row). With a chunked run's settings recorded in the ledger, the array indices
-    to resubmit (in the recorded --chunk and --base, unless given).
+    start and no end yet: running, or claimed by a run to start next), lost (a
+    start whose run process is gone), never (no row). With a chunked run's
+    settings recorded in the ledger, the array indices to resubmit (in the
+    recorded --chunk and --base, unless given).
     Also the live runs (host, job, pid, tasks done, rate), whether the task list
     is closed (`zotsink close`), and a stop the runs are finishing (`zotsink stop`).
     Exit codes: 0 every task ok, 1 otherwise, 2 usage; with --waiting 0 when
@@ -215,7 +216,13 @@ def status_lines(report: StatusReport) -> list[str]:
     """The report in words, one line each: counts by state, the rate and ETA, the slowest."""
     c = report.counts
     # counts holds every state, in the ledger's order of states: the line keeps that order
-    shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
+    # a run writes a task's start row when it claims it, a moment before it starts (a task
+    # whose start cannot be recorded is not run): a few per run wait for a free slot
+    shown = ", ".join(
+        f"{n} running or claimed" if state == "running" else f"{n} {state}"
+        for state, n in c.items()
+        if n
+    )
     lines = [f"{counted(report.total, 'task')}: {shown or 'none'}"]
     if report.rate:
         from .. import rate_text
@@ -242,7 +249,8 @@ def status_lines(report: StatusReport) -> list[str]:
         from .. import array_spec
 
         lines.append(
-            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}"
+            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}; "
+            "a run with a higher --max-attempts gives them another chance"
         )
     if report.pull and not report.all_ok:
         left = report.to_run
