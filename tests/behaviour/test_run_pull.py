@@ -196,9 +196,12 @@ def test_a_sigkilled_runs_tasks_are_finished_by_a_live_pull_run(d: Path, procs: 
     no_double(d)
 
 
-def test_a_sigkilled_runs_command_task_ends_with_it(d: Path, procs: list) -> None:
-    # a command task in its own session dies with its run (parent-death signal)
-    (d / "tasks.txt").write_text("slow1\n")
+def test_a_sigkilled_runs_command_task_is_not_started_again_while_it_lives(
+    d: Path, procs: list
+) -> None:
+    # a command task in its own session outlives its SIGKILLed run: it carries the run's
+    # mark (ZOTSINK_RUN), so the run counts as alive until it ends; then it is taken over
+    (d / "tasks.txt").write_text("slow1\nt1\n")
     doomed = start(d, "--pull")
     procs.append(doomed)
     wait_for(lambda: (d / "held" / "slow1").exists(), doomed, "started slow1")
@@ -206,12 +209,14 @@ def test_a_sigkilled_runs_command_task_ends_with_it(d: Path, procs: list) -> Non
     doomed.wait()
     again = start(d, "--pull")
     procs.append(again)
-    # the orphan, had it lived, would hold the witness: the second start would fail
-    wait_for(lambda: ran(d)["slow1"] == 2, again, "started slow1 again")
-    (d / "release").touch()
+    # t1 committed: the second run has claimed past slow1, which its orphan still runs
+    wait_for(lambda: committed(d) == ["t1"], again, "ran t1")
+    assert ran(d)["slow1"] == 1  # not started again while the orphan holds it
+    (d / "release").touch()  # the orphan ends; its records have nowhere to go
+    wait_for(lambda: ran(d)["slow1"] == 2, again, "took slow1 over once the orphan ended")
     _out, err = again.communicate(timeout=60)
     assert again.returncode == 0, err
-    assert committed(d) == ["slow1"]
+    assert sorted(committed(d)) == ["slow1", "t1"]
     no_double(d)
 
 

@@ -142,6 +142,19 @@ def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
     try:
         run.kill()
         run.wait()
+        # Its tasks live on in their own sessions, carrying the run's mark: while they do,
+        # the run counts as alive and they as running (never started twice). Once they are
+        # gone too, as a node's death would take them, they are lost.
+        st = zotsink("status", tasks, "out.txt")
+        assert b"2 running or claimed, 4 never" in st.stderr, st.stderr
+        for f in ready:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(f.name.rsplit(".", 1)[1]), signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        for f in ready:
+            while os.path.exists(f"/proc/{int(f.name.rsplit('.', 1)[1])}"):
+                assert time.monotonic() < deadline, "the orphaned tasks did not end"
+                time.sleep(0.01)
         st = zotsink("status", tasks, "out.txt", "--json")
         assert st.returncode == 1
         assert b"2 lost, 4 never" in st.stderr

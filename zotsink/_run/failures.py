@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from .status import FailedTask
+if TYPE_CHECKING:  # for annotations only: run imports this module, and status is heavy
+    from .status import FailedTask
 
 __all__ = ["FailureGroup", "alike_key", "failure_tail", "group_failures"]
 

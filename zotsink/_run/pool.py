@@ -123,7 +123,6 @@ class Pool:
         self.idle_since = time.monotonic()
         self.idled_out = False
         self.here = os.uname().nodename
-        self.end_with_run = _end_with_run()
         self.how = how
         self.ledger = ledger
         self.output = output
@@ -407,7 +406,6 @@ class Pool:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env=env,
-                preexec_fn=self.end_with_run,
             )
         except OSError as e:
             why = f"cannot start {argv[0][:200]!r}: {e.strerror or e}"
@@ -725,27 +723,6 @@ class Pool:
         self.output.flush_log()  # the workers' last prints
         self.output.close()
         self.ledger.close()
-
-
-def _end_with_run() -> Callable[[], None] | None:
-    """Linux: what a command task runs before its command, so that the kernel SIGKILLs it
-    when the run dies (a SIGKILL, the OOM killer): a task in its own session would go on
-    with nobody to take its records. What it started lives on; the run's mark in their
-    environment keeps the task from being started again meanwhile (see .alive)."""
-    try:
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    run = os.getpid()
-
-    def end_with_run() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != run:  # the run died before prctl took effect
-            os._exit(1)
-
-    return end_with_run
 
 
 def _empty(fd: int) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._arrays import chunk_range, scheduler_index
-from .._core.fileio import same_file
+from .._core.fileio import open_regular, same_file
 from .._core.header import make_encoder
 from .._core.options import BATCH_BYTES, MAX_TIMEOUT, WriteOptions, check_seconds, write_options
 from .._core.outcheck import check_side_file
@@ -29,14 +29,13 @@ from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
 from ..errors import UsageError
 from .alive import RUN_VAR, job_end, proc_start, run_mark
 from .attempt import Output
-from .control import read_control
 from .failures import alike_key
 from .halting import Halting, systematic
 from .ledger import Ledger
 from .pool import Pool, Progress, Tasking
 from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
 from .settings import reconcile, recorded_max_attempts, run_settings
-from .states import TaskState, read_begin, states_of
+from .states import TaskState, begin_scan, states_of
 from .tasks import Task, read_tail, read_tasks, task_of
 from .worker import call_spec, function_spec, refuse_nested_run
 
@@ -431,7 +430,7 @@ def _run(o: _RunOptions) -> RunReport:
     if o.deadline is not None:
         queue.deadline = time.monotonic() + (o.deadline - time.time())
         queue.task_time = o.task_time or 0.0
-    states, seen, recorded = read_begin(
+    begun = begin_scan(
         o.ledger_path,
         queue.keys,
         lock=opts.lock,
@@ -439,6 +438,7 @@ def _run(o: _RunOptions) -> RunReport:
         stopper=o.stopper,
         out=o.out,
     )
+    states, seen, recorded, control = begun
     # -- the settings: recorded, compared -----------------------------------------------
     index, max_attempts, new_settings = o.index, o.max_attempts, o.new_settings
     settings = run_settings(
@@ -473,7 +473,6 @@ def _run(o: _RunOptions) -> RunReport:
         raise
     max_attempts = recorded_max_attempts(settings)  # given, else recorded
     # -- begin: what the ledger said of this run's tasks --------------------------------
-    control, _size = read_control(o.ledger_path, lock=opts.lock, timeout=opts.timeout)
     ledger.begin(
         queue.keys,
         states,
@@ -525,11 +524,13 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
     row's status and what its failure is grouped by (its exit, signal and note: the ledger
     keeps no stderr). Empty when there is no ledger yet; a hint, not a count."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd, st = open_regular(path)  # a FIFO planted at the name must not hang the start
     except OSError:
         return []
+    if fd < 0:
+        return []  # no ledger: the ledger's own writer says so, in its words
     try:
-        size = os.fstat(fd).st_size
+        size = st.st_size
         start = max(size - _RECENT_BYTES, 0)
         data = os.pread(fd, size - start, start)
     finally:
@@ -539,8 +540,10 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
         lines = lines[1:]  # it may be the end of a row
     latest: dict[int, tuple[str, object]] = {}
     for line in lines:
+        if not line.startswith(b"end\t"):
+            continue  # only end rows are split
         row = parse_row(line)
-        if row is None or row.event != "end":
+        if row is None:
             continue
         latest.pop(row.tasknum, None)  # its latest end row, in the order it came
         why = alike_key(row.status, f"{row.exit}/{row.signal}/{row.note}", row.key)

@@ -43,6 +43,7 @@ from .._ledgerfile import (
     piece_problem,
 )
 from .alive import run_alive
+from .control import Control
 from .settings import recorded_max_attempts, settings_of
 
 __all__ = [
@@ -176,6 +177,48 @@ def read_states(
     return states, size
 
 
+class Begun(NamedTuple):
+    """What a run begins with, from one snapshot of the ledger (:func:`begin_scan`)."""
+
+    states: dict[int, TaskState]
+    size: int  # of the snapshot: rows past it are news
+    settings: dict[str, str] | None  # the latest run row's (None: no run recorded any)
+    control: Control  # what close, open and stop rows said
+
+
+def begin_scan(
+    path: str | os.PathLike[str],
+    keys: Mapping[int, str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    stopper: Stopper | None = None,
+    out: str | os.PathLike[str] | None = None,
+) -> Begun:
+    """:func:`read_states`, the settings the ledger's latest ``run`` row records and its
+    control rows, from the same snapshot and the same pass: what a run begins with. With
+    ``out`` (OUT's path), an ``ok`` task whose records OUT no longer holds is ``lost`` (see
+    :func:`states_of`): the cheap check of sizes and identity, no byte of OUT read."""
+    scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
+    settings: dict[str, str] | None = None
+    control = Control()
+    try:
+        rows: list[LedgerRow] = []
+        # the run rows' number joins the search: an array element still reads only its
+        # chunk's rows (and the task-0 rows: run, close, open, stop)
+        for n, at, line in scan.lines(AndRunRows(keys)):
+            row = scan.row(n, line)
+            if row.tasknum != RUN_TASKNUM:
+                rows.append(row)
+            elif row.event == RUN_EVENT:
+                settings = settings_of(row.note) or settings
+            else:
+                control = control.fold(row.event, at, row.time, row.note)
+        return Begun(states_of(keys, rows, out=out), scan.size, settings, control)
+    finally:
+        scan.close()
+
+
 def read_begin(
     path: str | os.PathLike[str],
     keys: Mapping[int, str],
@@ -185,25 +228,9 @@ def read_begin(
     stopper: Stopper | None = None,
     out: str | os.PathLike[str] | None = None,
 ) -> tuple[dict[int, TaskState], int, dict[str, str] | None]:
-    """:func:`read_states`, and the settings the ledger's latest ``run`` row records (None:
-    no run recorded any), from the same snapshot: what a run begins with. With ``out``
-    (OUT's path), an ``ok`` task whose records OUT no longer holds is ``lost`` (see
-    :func:`states_of`): the cheap check of sizes and identity, no byte of OUT read."""
-    scan = LedgerScan(path, lock=lock, timeout=timeout, stopper=stopper)
-    settings: dict[str, str] | None = None
-    try:
-        rows: list[LedgerRow] = []
-        # the run rows' number joins the search: an array element still reads only its
-        # chunk's rows
-        for n, _at, line in scan.lines(AndRunRows(keys)):
-            row = scan.row(n, line)
-            if row.tasknum != RUN_TASKNUM:
-                rows.append(row)
-            elif row.event == RUN_EVENT:
-                settings = settings_of(row.note) or settings
-        return states_of(keys, rows, out=out), scan.size, settings
-    finally:
-        scan.close()
+    """:func:`begin_scan`'s states, snapshot size and settings."""
+    begun = begin_scan(path, keys, lock=lock, timeout=timeout, stopper=stopper, out=out)
+    return begun.states, begun.size, begun.settings
 
 
 #: A tally's state codes: an index into this tuple.
