@@ -14,6 +14,7 @@ from .._core.snapshot import snapshot
 from .._ledgerfile import ledger_time
 from ..errors import UsageError
 from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
+from .control import read_control
 from .logline import log_lines
 from .runs import LiveRuns, read_runs
 from .settings import recorded_array
@@ -151,7 +152,14 @@ def task_status(
         waiting = tally.first_time is None or (
             counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
         )
-        runs = read_runs(ledger, lock=lock, timeout=timeout)
+        # The live runs cost a second pass over the ledger: made only while a task runs
+        # (a run between tasks, or waiting for a followed list's lines, is not shown then);
+        # the control rows are found by the C-speed search for task 0's rows.
+        if counts["running"]:
+            runs = read_runs(ledger, lock=lock, timeout=timeout)
+        else:
+            control, _size = read_control(ledger, lock=lock, timeout=timeout)
+            runs = LiveRuns([], [], control, tally.runs)
     start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
     span = end - start if start is not None and end is not None else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
