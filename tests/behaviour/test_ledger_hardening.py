@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def test_a_start_row_whose_pid_now_belongs_to_another_process_is_lost(
     tmp_path: Path, zotsink: Run
 ) -> None:
     tasks = tmp_path / "tasks.txt"
-    tasks.write_text("echo up > ready; exec sleep 60\n")
+    tasks.write_text("echo $$ > ready; exec sleep 60\n")
     os.mkfifo(tmp_path / "ready")
     run = subprocess.Popen(
         [sys.executable, "-m", "zotsink", "run", tasks, "out.tsv", "--shell"],
@@ -99,12 +100,18 @@ def test_a_start_row_whose_pid_now_belongs_to_another_process_is_lost(
     try:
         ledger = tmp_path / "out.tsv.ledger"
         # The task has started, so its start row is in the ledger (fsynced before).
-        assert (tmp_path / "ready").read_text() == "up\n"
+        task_pid = int((tmp_path / "ready").read_text())
         code, report, err = status_json(zotsink, tasks, "out.tsv")
         assert code == 1
         assert report["counts"]["running"] == 1, (report, err)
-        os.killpg(run.pid, signal.SIGKILL)  # run and its task, as an OOM kill would
+        # run and its task (in a session of its own), as a node's death would
+        os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
+        os.kill(task_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while os.path.exists(f"/proc/{task_pid}"):  # reaped by init: gone for good
+            assert time.monotonic() < deadline, "the task did not end"
+            time.sleep(0.01)
         # The kernel gives run's pid to an unrelated process: this one stands in for it.
         other = subprocess.Popen(
             [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
@@ -127,7 +134,7 @@ def test_a_start_row_whose_pid_now_belongs_to_another_process_is_lost(
                 err,
             )
             r = zotsink("missing", tasks, "--ledger", ledger)
-            assert (r.returncode, r.stdout) == (0, b"echo up > ready; exec sleep 60\n"), r.stderr
+            assert (r.returncode, r.stdout) == (0, b"echo $$ > ready; exec sleep 60\n"), r.stderr
         finally:
             other.communicate(b"")
     finally:

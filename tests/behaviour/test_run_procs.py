@@ -356,6 +356,8 @@ def test_a_large_result_is_held_as_a_commands_output_not_copied_whole(tmp_path: 
     p.returncode = os.waitstatus_to_exitcode(status)
     assert p.returncode == 0, err.decode()
     assert (tmp_path / "out.txt").stat().st_size == 64 << 20
-    # the larger of the run and its worker (which holds the function's own string): not the
-    # five copies of the whole result a frame of it cost
-    assert usage.ru_maxrss < 170 << 10, usage.ru_maxrss
+    # the larger of the run and its worker (which holds the function's own string and its
+    # bytes): not the five copies of the whole result a frame of it cost (about 1,085 MiB
+    # here before). Alone it peaks near 200 MiB; one run of the whole suite saw 360 MiB,
+    # so the bound is half the old peak, which still tells the two designs apart.
+    assert usage.ru_maxrss < 540 << 10, usage.ru_maxrss
