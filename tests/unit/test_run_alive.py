@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,11 @@ def test_a_gone_run_lives_while_a_process_it_started_does(tmp_path: Path) -> Non
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env
     )
     try:
+        # the child's environment is what /proc shows once it runs its program
+        deadline = time.monotonic() + 30
+        while mark.encode() not in Path(f"/proc/{child.pid}/environ").read_bytes():
+            assert time.monotonic() < deadline, "the child never showed its environment"
+            time.sleep(0.01)
         alive._survivors.clear()
         assert alive.process_alive("999999999", alive.PROC_START + "12345") is True
     finally:

@@ -273,6 +273,16 @@ def _receive(f: IO[bytes]) -> tuple[Any, ...] | None:
     return marshal.loads(data)  # type: ignore[no-any-return]
 
 
+def _warm_traceback() -> None:
+    """Format one traceback before FUNC's module is loaded: traceback imports what it
+    formats with (linecache, tokenize, and more in newer Pythons) only then, and a module of
+    the user's named like one of them, on the import path, would be found instead."""
+    try:
+        raise ValueError("warm")
+    except ValueError as e:
+        traceback.format_exception(type(e), e, e.__traceback__)
+
+
 def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
     """The worker process: load FUNC, then call it for each task until the stream ends."""
     # Stop signals are the run's to handle: a walltime warning lets the call in progress
@@ -287,6 +297,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"") -> None:
     os.set_inheritable(results_fd, False)
     tasks = os.fdopen(tasks_fd, "rb")
     results = os.fdopen(results_fd, "wb")
+    _warm_traceback()
     try:
         func = _load(spec)
     except BaseException:
@@ -409,7 +420,10 @@ class Worker:
         )
         try:
             self.popen: subprocess.Popen[bytes] = subprocess.Popen(
-                [sys.executable, "-c", code],
+                # -P (3.11+): no current directory on the path at start, where a file of the
+                # user's named like a stdlib module (linecache.py, which 3.13 imports for
+                # `-c` itself) would be found first
+                [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-c", code],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
