@@ -414,7 +414,8 @@ class Worker:
         path = [home] + [os.path.abspath(p) for p in sys.path if p]
         self._mark = b"\0zotsink " + os.urandom(8).hex().encode() + b" "
         code = (
-            f"import sys; sys.path[:0] = {path!r}; "
+            # the current directory last, as -c would have it without -P (below)
+            f"import os, sys; sys.path[:0] = {path!r}; sys.path.append(os.getcwd()); "
             "from zotsink._run.worker import main; "
             f"main({spec!r}, {tasks_r}, {results_w}, {self._mark!r})"
         )
