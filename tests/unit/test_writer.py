@@ -179,6 +179,53 @@ def test_a_stale_handle_reopens_instead_of_spilling(tmp_path: Path, monkeypatch)
     assert not list(tmp_path.glob("o.txt.spill.*"))
 
 
+@pytest.mark.parametrize("where", ["fstat", "fresh_stat"])
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.ESTALE])
+def test_a_descriptor_the_server_lost_before_the_write_is_opened_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, code: int
+) -> None:
+    """Eight writers on two GlusterFS mounts creating the same new OUT together: one got
+    ENOENT from its new descriptor before writing (the name raced another client's
+    create). Nothing was written, so the writer opens OUT again by name: the record lands
+    in OUT, not in a spill file; a descriptor that keeps failing is still an error."""
+    from zotsink._core import locking
+
+    out = tmp_path / "o.txt"
+    left = [1]
+    monkeypatch.setattr(writer_module, "STALE_HANDLE", writer_module.STALE_HANDLE.replace(tries=3))
+
+    def failing(real):
+        def call(fd, *a):
+            if left[0] > 0:
+                left[0] -= 1
+                raise OSError(code, os.strerror(code))
+            return real(fd, *a)
+
+        return call
+
+    if where == "fstat":  # the fstat of the lock loop, right after the open
+
+        class OsOfLocking:
+            fstat = staticmethod(failing(os.fstat))
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(os, name)
+
+        monkeypatch.setattr(locking, "os", OsOfLocking())
+    else:
+        monkeypatch.setattr(writer_module, "fresh_stat", failing(writer_module.fresh_stat))
+    with Writer(out, sync="fsync") as w:
+        w.append(b"rec\n", timeout=T)
+        assert left == [0]
+        left[0] = 10**6  # from now on it always fails: an error, and OUT unchanged
+        w._forget()
+        with pytest.raises(OSError) as err:
+            w.append(b"two\n", timeout=T)
+        assert err.value.errno == code
+    assert out.read_bytes() == b"rec\n"
+    assert not list(tmp_path.glob("o.txt.spill.*"))
+
+
 @pytest.mark.parametrize("races", [1, 7, 8])
 def test_a_create_answered_eexist_opens_the_file_now_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, races: int

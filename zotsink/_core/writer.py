@@ -19,8 +19,15 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Final, TypeVar
 
-from ..errors import HeaderMismatch, LockError, LockTimeout, UsageError, WriteError
-from .backoff import HEADER_SETTLE, tries
+from ..errors import (
+    HeaderMismatch,
+    LockError,
+    LockTimeout,
+    UsageError,
+    WriteError,
+    ZotsinkError,
+)
+from .backoff import HEADER_SETTLE, STALE_HANDLE, tries
 from .fileio import RefusedFile, fresh_stat, open_for_append, write_all
 from .fsinfo import wants_fsync
 from .locking import Held, Locker, open_locked
@@ -252,6 +259,30 @@ class Writer:
     def _append(self, data: bytes | memoryview | Iterator[bytes], timeout: float) -> int:
         if self._forked:
             self._after_fork()
+        for last in tries(STALE_HANDLE):
+            try:
+                return self._append_once(data, timeout)
+            except OSError as e:
+                if isinstance(e, ZotsinkError):  # the lock's and the write's own errors
+                    raise
+                # ENOENT or ESTALE from the descriptor before a byte was written (fstat, the
+                # server's size, the header's read): a FUSE client (GlusterFS) that raced
+                # another client's create of OUT may hand out a descriptor of an inode the
+                # server no longer knows by that name. Nothing was written: drop the
+                # descriptor and open OUT again by name.
+                if e.errno not in (errno.ENOENT, errno.ESTALE) or last:
+                    raise
+                self._forget()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _forget(self) -> None:
+        held, self._held = self._held, None
+        self._end = self._header_ok = None
+        if held is not None:
+            with contextlib.suppress(OSError):
+                os.close(held[0])
+
+    def _append_once(self, data: bytes | memoryview | Iterator[bytes], timeout: float) -> int:
         locked = self._lock_held()
         if locked is None:
             held, self._held = self._held, None  # open_locked owns it until it returns
