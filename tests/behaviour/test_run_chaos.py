@@ -289,11 +289,10 @@ def test_chaos_leaves_each_task_once_and_never_runs_one_twice_at_once(
     command_chaos(tmp_path / "cmd", lines)
 
 
-@pytest.mark.xfail(strict=True, reason="status and missing trust ok rows while OUT is absent")
 def test_status_and_missing_count_a_rotated_away_out_s_tasks_lost(tmp_path: Path) -> None:
     # docs/run.md "Identity rules": when OUT was renamed, status and missing --ledger count
-    # its tasks lost, as the next run (which runs them again) does. With no file of OUT's
-    # name yet (rotated, not yet recreated), they still say ok and nothing is missing.
+    # its tasks lost, as the next run (which runs them again) does, also while no file of
+    # OUT's name exists yet (rotated, not yet recreated).
     (tmp_path / "tasks.txt").write_text("a\nb\n")
     r = zs(tmp_path, "run", "tasks.txt", "out.tsv", "--columns", "x", "--", "echo")
     assert r.returncode == 0, r.stderr
@@ -302,3 +301,30 @@ def test_status_and_missing_count_a_rotated_away_out_s_tasks_lost(tmp_path: Path
     missing = r.stdout
     r = zs(tmp_path, "status", "tasks.txt", "out.tsv")
     assert (r.returncode, missing) == (1, "a\nb\n") and "2 lost" in r.stderr, (missing, r.stderr)
+
+
+def test_a_ledger_of_its_own_name_is_checked_against_the_out_its_runs_recorded(
+    tmp_path: Path,
+) -> None:
+    """With --ledger NAME, nothing in the ledger's name says which file is OUT: the runs
+    record it (relative to the ledger). A rotated OUT's tasks are lost; OUT and ledger moved
+    together into another directory are still ok."""
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    r = zs(tmp_path, "run", "tasks.txt", "out.tsv", "--ledger", "book.txt", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for name in ("out.tsv", "book.txt", "tasks.txt"):
+        os.link(tmp_path / name, moved / name)
+    r = zs(moved, "missing", "tasks.txt", "--ledger", "book.txt")
+    assert (r.returncode, r.stdout) == (0, ""), r.stderr
+    r = zs(moved, "status", "tasks.txt", "--ledger", "book.txt")
+    assert r.returncode == 0 and "3 ok" in r.stderr, r.stderr
+    os.rename(tmp_path / "out.tsv", tmp_path / "out.tsv.1")
+    r = zs(tmp_path, "missing", "tasks.txt", "--ledger", "book.txt")
+    assert (r.returncode, r.stdout) == (0, "a\nb\nc\n"), r.stderr
+    r = zs(tmp_path, "run", "tasks.txt", "out.tsv", "--ledger", "book.txt", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.tsv").read_text() == "a\nb\nc\n"
+    r = zs(tmp_path, "missing", "tasks.txt", "--ledger", "book.txt")
+    assert (r.returncode, r.stdout) == (0, ""), r.stderr

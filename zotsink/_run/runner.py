@@ -456,6 +456,12 @@ def _run(o: _RunOptions) -> RunReport:
         call=o.call,
         array_job=job_id(o.env) if task_id(o.env) else "",
     )
+    # where OUT is, for status and missing --ledger to check ok rows against OUT even when
+    # no file of OUT's name is left (rotated away) or the ledger has a name of its own:
+    # relative to the ledger, so that the two moved together still find each other
+    settings["out"] = os.path.relpath(
+        os.path.abspath(o.out), os.path.dirname(os.path.abspath(o.ledger_path))
+    )
     if o.pull:
         # chunked and pull runs share a ledger: pull is not compared, only recorded (for
         # status and missing), and each task runs once either way

@@ -280,6 +280,26 @@ def _piece_gone(tail: list[bytes], check: _PieceCheck) -> bool:
     return why is not None
 
 
+def _out_of(
+    ledger: str | os.PathLike[str],
+    given: str | os.PathLike[str] | None,
+    run_row: LedgerRow | None,
+) -> str | None:
+    """OUT, for the check of ok rows: the file given; else the one the latest run so far
+    recorded (relative to the ledger), whether a file of that name exists or not (a
+    rotated OUT's tasks are lost); else, for a ledger of an older release, the file the
+    ledger is beside (OUT.ledger's OUT) when it exists; None: nothing to check against."""
+    if given is not None:
+        return os.fspath(given)
+    path = os.fspath(ledger)
+    settings = settings_of(run_row.note) if run_row is not None else None
+    recorded = (settings or {}).get("out")
+    if recorded:
+        return os.path.join(os.path.dirname(os.path.abspath(path)), recorded)
+    beside = path[: -len(".ledger")] if path.endswith(".ledger") else ""
+    return beside if beside and os.path.lexists(beside) else None
+
+
 class LedgerTally(Mapping[int, TaskState]):
     """Where every task of ``keys`` stands, from one pass over the ledger, kept in a few
     bytes per task: at a million tasks the rows themselves would not fit in memory.
@@ -319,25 +339,23 @@ class LedgerTally(Mapping[int, TaskState]):
         seconds = array("d", [math.nan]) * size
         first = last = b""
         scan = LedgerScan(path, lock=lock, timeout=timeout)
-        # An ok task's records must still be in OUT (see piece_gone): OUT is the file
-        # given, else the one the ledger is beside (OUT.ledger's OUT), when it exists.
-        if out is None:
-            ledger = os.fspath(path)
-            beside = ledger[: -len(".ledger")] if ledger.endswith(".ledger") else ""
-            out = beside if beside and os.path.lexists(beside) else None
+        # An ok task's records must still be in OUT (see piece_gone). OUT is decided at the
+        # first end row, after the run rows that come before any task's rows: see _out_of.
         check: _PieceCheck | None = None
+        decided = False
         try:
             for lineno, offset, line in scan.lines():
-                if check is None and out is not None:
+                event, time, num, key, rest = line.split(b"\t", 4)
+                if not decided and event == b"end":
+                    decided = True
                     # where the piece's columns are, counted from ``records`` (see below)
                     at_offset = scan.later_index("out_offset") - _RECORDS
-                    if at_offset >= 0:
-                        found = out_file(out)
+                    where = _out_of(path, out, scan.row_at(run_at) if run_at >= 0 else None)
+                    if at_offset >= 0 and where is not None:
+                        found = out_file(where)
                         ino = b"" if found is None else str(found.ino).encode()
                         at_ino = scan.later_index("out_ino") - _RECORDS
                         check = _PieceCheck(found, ino, at_offset, at_ino)
-                    out = None
-                event, time, num, key, rest = line.split(b"\t", 4)
                 try:
                     n = int(num)
                 except ValueError:
