@@ -1,6 +1,6 @@
 """``run_tasks`` and ``task_states``: the Python side of ``zotsink run`` and ``zotsink status``.
 
-``run_tasks`` is a sequence of named steps: the option checks (:func:`_options`), this array
+``run_tasks`` is a sequence of named steps: the option checks (:mod:`.options`), this array
 element's tasks (:func:`_element_tasks`), the ledger's word on them and the recorded
 settings, the queue of the tasks to run (:class:`~zotsink._run.queue.TaskQueue`), the
 :class:`~zotsink._run.pool.Pool` with OUT and the log opened through the locked append path
@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from .._arrays import chunk_range, scheduler_index
-from .._core.fileio import open_regular, same_file
+from .._arrays import chunk_range
+from .._core.fileio import open_regular
 from .._core.header import make_encoder
-from .._core.options import BATCH_BYTES, MAX_TIMEOUT, WriteOptions, check_seconds, write_options
-from .._core.outcheck import check_side_file
+from .._core.options import BATCH_BYTES, write_options
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, format_for
 from .._core.sidefiles import side_mode
@@ -27,17 +26,18 @@ from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
 from ..errors import UsageError
-from .alive import RUN_VAR, job_end, proc_start, run_mark
+from .alive import RUN_VAR, proc_start, run_mark
 from .attempt import Output
 from .failures import alike_key
 from .halting import Halting, systematic
 from .ledger import Ledger
+from .options import RunOptions, checked_options
 from .pool import Pool, Progress, Tasking
 from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
 from .settings import reconcile, recorded_max_attempts, run_settings
 from .states import TaskState, begin_scan, states_of
 from .tasks import Task, read_tail, read_tasks, task_of
-from .worker import call_spec, function_spec, refuse_nested_run
+from .worker import refuse_nested_run
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
 
@@ -87,30 +87,6 @@ def task_states(
     """The state of every runnable task of ``tasks`` according to ``ledger``."""
     todo, _ = read_tasks(tasks)
     return states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock, timeout=timeout))
-
-
-def _check_run_options(retries: int, grace: float, task_timeout: float | None) -> None:
-    """run's own options, worded as the shared ones are (see write_options)."""
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise UsageError(f"retries (--retries) must be a whole number >= 0, not {retries!r}")
-    check_seconds("grace", grace, MAX_TIMEOUT)
-    if task_timeout is not None and check_seconds("task_timeout", task_timeout, MAX_TIMEOUT) == 0:
-        raise UsageError("task_timeout (--task-timeout) must be more than 0 seconds, not 0")
-
-
-def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
-    if jobs == "auto":
-        cpus = env.get("SLURM_CPUS_PER_TASK", "")
-        if cpus.isdigit() and int(cpus) > 0:
-            return int(cpus)
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    try:
-        n = int(jobs)
-    except ValueError:
-        raise UsageError(f"--jobs must be a number or auto, not {jobs!r}") from None
-    if n < 1:
-        raise UsageError(f"--jobs must be at least 1, not {n}")
-    return n
 
 
 def run_tasks(
@@ -188,7 +164,7 @@ def run_tasks(
     halt); None: halt when the first tasks all fail alike (see :mod:`zotsink._run.halting`).
     """
     refuse_nested_run()
-    o = _options(
+    o = checked_options(
         tasks,
         out,
         command,
@@ -231,186 +207,7 @@ def run_tasks(
     return _run(o)
 
 
-class _RunOptions(NamedTuple):
-    """run_tasks's options, checked: what the steps of a run read."""
-
-    tasks: str
-    out: str
-    ledger_path: str
-    log_path: str
-    command: tuple[str, ...]
-    call: str | None
-    shell: bool
-    index: int | None  # the array index (given, else the scheduler's); None: every task
-    chunk: int
-    base: int
-    jobs: int
-    rerun: bool
-    retries: int
-    task_timeout: float | None
-    grace: float
-    max_attempts: int | None
-    halt_after: int | None
-    new_settings: bool
-    write: WriteOptions
-    env: dict[str, str]
-    stopper: Stopper | None
-    progress: Callable[[Progress], None] | None
-    pull: bool = False  # the whole list, whatever the index; dead runs' tasks taken over
-    follow: bool = False  # lines appended while the run is live are tasks
-    idle: float | None = None
-    deadline: float | None = None  # time.time() seconds (given; a pull run: the scheduler's)
-    task_time: float | None = None
-
-
-def _options(
-    tasks: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    command: Sequence[str],
-    *,
-    call: str | None,
-    function: Callable[[str], Any] | None,
-    index: int | None,
-    chunk: int,
-    base: int,
-    jobs: int | str,
-    shell: bool,
-    rerun: bool,
-    retries: int,
-    task_timeout: float | None,
-    grace: float,
-    max_attempts: int | None,
-    halt_after: int | None,
-    new_settings: bool,
-    ledger: str | os.PathLike[str] | None,
-    log: str | os.PathLike[str] | None,
-    write: WriteOptions,
-    env: dict[str, str],
-    stopper: Stopper | None,
-    progress: Callable[[Progress], None] | None,
-    pull: bool = False,
-    follow: bool = False,
-    idle: float | None = None,
-    deadline: str | float | None = None,
-    task_time: float | None = None,
-) -> _RunOptions:
-    """The option checks: a usage error names the first option that cannot work."""
-    out = os.fspath(out)
-    if idle is not None and not follow:
-        raise UsageError("--idle ends a --follow run that has nothing to do: give --follow")
-    if (deadline is not None or task_time is not None) and not pull:
-        raise UsageError("--deadline and --task-time apply to --pull runs: give --pull")
-    if pull and index is not None:
-        raise UsageError("--pull takes the next tasks of the whole list: give no --index")
-    if idle is not None:
-        check_seconds("idle", idle, MAX_TIMEOUT)
-    if task_time is not None:
-        check_seconds("task_time", task_time, MAX_TIMEOUT)
-    ends = _deadline(deadline, env) if pull else None
-    if function is not None:
-        if call is not None:
-            raise UsageError("give call or function, not both")
-        call = function_spec(function)
-    if call is not None:
-        if command or shell:
-            raise UsageError(
-                "--call runs a Python function per task: give no CMD and no --shell with it"
-            )
-        call_spec(call)
-    elif shell and command:
-        raise UsageError("--shell runs each task line as a command: give no CMD with it")
-    elif not shell and not command:
-        raise UsageError(
-            "give the command to run after --, --call FILE.py:FUNC, or --shell for a list "
-            "of commands"
-        )
-    _check_run_options(retries, grace, task_timeout)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise UsageError(
-            f"max_attempts (--max-attempts) must be a whole number >= 1, not {max_attempts!r}"
-        )
-    if halt_after is not None and (
-        isinstance(halt_after, bool) or not isinstance(halt_after, int) or halt_after < 0
-    ):
-        raise UsageError(
-            f"halt_after (--halt-after) must be a whole number >= 0, not {halt_after!r}"
-        )
-    njobs = _jobs(jobs, env)
-    ledger_path = os.fspath(ledger) if ledger is not None else out + ".ledger"
-    log_path = os.fspath(log) if log is not None else out + ".log"
-    if len({os.path.abspath(p) for p in (out, ledger_path, log_path)}) < 3:
-        raise UsageError("OUT, --ledger and --log must be three different files")
-    for side in (ledger_path, log_path):  # named by the user: a device is refused here
-        check_side_file(side)
-    named = (
-        ("OUT", out, "OUT"),
-        ("the ledger", ledger_path, "--ledger"),
-        ("the log", log_path, "--log"),
-    )
-    for what, path, opt in named:
-        if same_file(os.fspath(tasks), path):
-            # `zotsink run tasks.txt tasks.txt -- CMD` would append to its own task list,
-            # and the next array element would run the output as tasks
-            raise UsageError(
-                f"the task list {os.fspath(tasks)} is also {what}: give {opt} another name"
-            )
-    return _RunOptions(
-        tasks=os.fspath(tasks),
-        out=out,
-        ledger_path=ledger_path,
-        log_path=log_path,
-        command=tuple(command),
-        call=call,
-        shell=shell,
-        # a pull run ignores the array index: every element takes from the whole list
-        index=None if pull else scheduler_index(env) if index is None else index,
-        chunk=chunk,
-        base=base,
-        jobs=njobs,
-        rerun=rerun,
-        retries=retries,
-        task_timeout=task_timeout,
-        grace=grace,
-        max_attempts=max_attempts,
-        halt_after=halt_after,
-        new_settings=new_settings,
-        write=write,
-        env=env,
-        stopper=stopper,
-        progress=progress,
-        pull=pull,
-        follow=follow,
-        idle=idle,
-        deadline=ends,
-        task_time=task_time,
-    )
-
-
-def _deadline(given: str | float | None, env: Mapping[str, str]) -> float | None:
-    """The end of this run's allocation as ``time.time()`` seconds: ``given`` (seconds
-    from now, or an ISO time), else the scheduler's end of the job, else None."""
-    if given is None:
-        return job_end(env)
-    if isinstance(given, (int, float)) and not isinstance(given, bool):
-        return time.time() + check_seconds("deadline", float(given), MAX_TIMEOUT)
-    text = str(given).strip()
-    try:
-        return time.time() + check_seconds("deadline", float(text), MAX_TIMEOUT)
-    except (ValueError, UsageError):
-        pass
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise UsageError(
-            f"--deadline must be seconds from now or a time such as 2026-11-26T18:00, not {text!r}"
-        ) from None
-
-
-def _run(o: _RunOptions) -> RunReport:
+def _run(o: RunOptions) -> RunReport:
     """A run, step by step."""
     opts = o.write
     fmt = format_for(o.out, opts.format)
@@ -505,7 +302,7 @@ def _run(o: _RunOptions) -> RunReport:
     return _report(o, selected, queue, pool, ledger, max_attempts)
 
 
-def _element_tasks(o: _RunOptions) -> list[Task]:
+def _element_tasks(o: RunOptions) -> list[Task]:
     """The tasks of this array element's chunk (every runnable one without an index)."""
     wanted = chunk_range(o.index, o.chunk, o.base) if o.index is not None else None
     todo, count = read_tasks(o.tasks, only=wanted)  # only the chunk's tasks become objects
@@ -558,7 +355,7 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
 
 
 def _pool(
-    o: _RunOptions,
+    o: RunOptions,
     queue: TaskQueue[Task],
     ledger: Ledger,
     template: Encoder,
@@ -609,7 +406,7 @@ def _pool(
 
 
 def _report(
-    o: _RunOptions,
+    o: RunOptions,
     selected: int,
     queue: TaskQueue[Task],
     pool: Pool,

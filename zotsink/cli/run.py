@@ -76,7 +76,7 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     default="1",
     show_default=True,
     metavar="J|auto",
-    help="Tasks at a time (auto: SLURM_CPUS_PER_TASK, else the CPUs available).",
+    help=("Tasks at a time (auto: SLURM_CPUS_PER_TASK, NSLOTS or NCPUS, else the CPUs available)."),
 )
 @click.option(
     "--call",
