@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 
 from ._core.fileio import fsync_dir, pread_chunks, side_file_problem, write_all
+from ._core.header import first_is_header
 from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
 from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
@@ -227,7 +228,7 @@ class _Claim:
             return False
         if self.first in _KNOWN_HEADERS:
             return True
-        return self.table and st.st_size > len(self.first)
+        return self.table and first_is_header(self.first, st.st_size)
 
     def __call__(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
         if self.journal.proves(self.digest, fd, st):
