@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from trees import make_tree as files
 
 from zotsink import collect
+from zotsink._collect import quicklane as collect_lane
 from zotsink._collect import spool as collect_spool
-from zotsink._collect import table as collect_table
-from zotsink._collect.table import QuickLane
+from zotsink._collect.quicklane import QuickLane
 from zotsink.errors import UsageError
 
 
@@ -164,20 +164,20 @@ def test_layouts_of_a_few_files_each_stop_the_compiles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     compiled = []
-    pattern = collect_table._pattern
+    pattern = collect_lane._pattern
 
     def spy(keys: tuple[str, ...], sep: str) -> Any:
         compiled.append(keys)
         return pattern(keys, sep)
 
-    monkeypatch.setattr(collect_table, "_pattern", spy)
+    monkeypatch.setattr(collect_lane, "_pattern", spy)
     # 3 files a layout: 2 to learn it, 1 for the lane; a compile would not pay
     d = files(
         tmp_path / "d",
         {f"d{i:02d}/f{j}": b"key%d:%d v:x" % (i, j) for i in range(40) for j in range(3)},
     )
     out, taken = both(d, tmp_path)
-    assert len(compiled) == collect_table._FREE and taken == collect_table._FREE
+    assert len(compiled) == collect_lane._FREE and taken == collect_lane._FREE
     assert out.count(b"\n") == 121
 
 

@@ -13,7 +13,7 @@ Design: two passes, memory bounded by the number of distinct records, not of fil
    De-duplication keeps only 16-byte digests: a set of row digests (``exact``), or per key
    the digest, or ``(mtime, order, spool offset)`` of the winner (``key``, ``--keep last``).
    A one-line ``key:value`` file with the keys of files before it takes a quick lane to the
-   same bytes (:class:`zotsink._collect.table.QuickLane`), at half the cost.
+   same bytes (:class:`zotsink._collect.quicklane.QuickLane`), at half the cost.
 2. Write. The header is now known. The spool is read back, each row completed with empty
    trailing cells, and appended to OUT through :class:`zotsink._core.writer.Writer` (the locked
    append path, header checked against an existing OUT) in batches of about 1 MiB that are
@@ -48,10 +48,11 @@ from .archive import Candidates, make_archive, remove_sources
 from .layout import FIELDS, LINES, Layout, held, misfit, winner
 from .options import Options, PathLike, check_options
 from .parse import Unparsable, parse
+from .quicklane import QuickLane
 from .read import MAX_FILE_SIZE
 from .sources import Exclude, count_items, iter_items
 from .spool import Spool
-from .table import OutState, QuickLane, Table, fixed_columns, read_out, source_digest
+from .table import OutState, Table, fixed_columns, read_out, source_digest
 
 __all__ = ["CollectReport", "collect"]
 
