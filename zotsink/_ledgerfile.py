@@ -254,6 +254,7 @@ class LedgerScan:
         self.torn: list[int] = []  # line numbers of the torn rows seen
         self._fd = -1
         self._size = 0
+        self._end: int | None = None  # after the last whole row read (None: no pass yet)
         self._owned = True  # the descriptor is this scan's to close
         self.width = 0
         self._later: list[int] = []  # where LATER_COLUMNS are in this ledger (-1: not)
@@ -276,7 +277,7 @@ class LedgerScan:
         caller holds (locked) and closes: the claim reads the ledger under its own lock."""
         scan = cls.__new__(cls)
         scan.path, scan.torn, scan.width, scan._later = path, [], 0, []
-        scan._fd, scan._size, scan._owned = fd, size, False
+        scan._fd, scan._size, scan._owned, scan._end = fd, size, False, None
         return scan
 
     @property
@@ -285,8 +286,10 @@ class LedgerScan:
 
     @property
     def size(self) -> int:
-        """The snapshot's size: the rows read are those before this byte."""
-        return self._size
+        """Where a later look at the ledger starts: after the last whole row this scan read
+        (the snapshot's size before a pass). A network client (GlusterFS) may read fewer
+        bytes than the size it reports: rows it did not read are never passed by."""
+        return self._size if self._end is None else self._end
 
     def close(self) -> None:
         if self._fd >= 0 and self._owned:
@@ -294,7 +297,12 @@ class LedgerScan:
         self._fd = -1
 
     def _blocks(self) -> Iterator[tuple[int, int, bytes]]:
-        return row_blocks(pread_chunks(self._fd, self._size, 1 << 22), torn=self.torn)
+        self._end = 0
+        for lineno, offset, block in row_blocks(
+            pread_chunks(self._fd, self._size, 1 << 22), torn=self.torn
+        ):
+            self._end = offset + len(block)
+            yield lineno, offset, block
 
     def _header(self, block: bytes) -> int:
         nl = block.find(b"\n")

@@ -137,3 +137,85 @@ def test_a_task_the_run_did_not_know_when_it_began_is_claimed_by_its_whole_histo
     assert [t.num for t in dropped] == [3]  # ok in the other run
     rows = [(r.event, r.tasknum, r.attempt) for r in read_ledger(path) if r.pid == str(os.getpid())]
     assert rows[-2:] == [("start", 2, "3"), ("start", 4, "1")]
+
+
+@pytest.mark.parametrize("reads_as", [b"", b"\0"])
+@pytest.mark.parametrize("short_reads", [1, 3, None])
+def test_rows_a_network_client_cannot_read_yet_are_never_passed_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_reads: int | None, reads_as: bytes
+) -> None:
+    """GlusterFS, pull runs on three nodes: under the ledger's lock a client knows the
+    server's size, yet its read stops short of the rows another client appended a moment
+    before. A claim that took that size as read would pass those rows by for good and claim
+    tasks another run had claimed (run twice at once). The claim reads the rest again; a
+    client that still cannot read it claims nothing and raises. A look (no lock to claim
+    under) takes what it could read and leaves the rest for the next look."""
+    from collections import deque
+
+    from zotsink import WriteError
+    from zotsink._core import fileio
+    from zotsink._run import ledger as ledger_module
+    from zotsink._run.states import read_states
+    from zotsink._run.tasks import Task
+
+    monkeypatch.setattr(
+        ledger_module, "HEADER_SETTLE", ledger_module.HEADER_SETTLE.replace(budget=0.2)
+    )
+    path = tmp_path / "l"
+    keys = {1: "one", 2: "two"}
+    book = Ledger(path, env={})
+    book.append([])  # the header: this run's snapshot is the ledger as begun
+    states, seen = read_states(path, keys)
+    book.begin(keys, states, seen, rerun=False)
+    other = Ledger(path, env={})
+    other.append([other.start_row(1, "one", 1)])  # another run, on another node, claims 1
+    other.close()
+    # the ledger's rows past `seen` come back empty, `short_reads` times (None: always)
+    real, left = os.pread, [short_reads]
+
+    def short(fd: int, n: int, at: int) -> bytes:
+        news = at == seen and n > 1  # not the writer's look at the last byte
+        if news and (left[0] is None or left[0] > 0) and os.fstat(fd).st_ino == ino:
+            if left[0] is not None:
+                left[0] -= 1
+            return reads_as * n  # nothing, or a page of zeros cached before the rows came
+        return real(fd, n, at)
+
+    ino = path.stat().st_ino
+    size = path.stat().st_size
+    monkeypatch.setattr(fileio.os, "pread", short)
+    assert book.look()[1].state == "never"  # a look reads what it can ...
+    assert book._seen == seen  # ... and passes nothing by
+    if short_reads is None and not reads_as:
+        with pytest.raises(WriteError, match=f"reads {seen} bytes of the ledger, the server has"):
+            book.claim(deque([Task(1, "one"), Task(2, "two")]), 2, [])
+        assert path.stat().st_size == size  # nothing claimed
+        book.close()
+        return
+    left[0] = short_reads if short_reads is not None else 3
+    picked, _dropped = book.claim(deque([Task(1, "one"), Task(2, "two")]), 2, [])
+    book.close()
+    assert [(t.num, a) for t, a in picked] == [(2, 1)]  # task 1 is the other run's
+
+
+def test_a_run_s_first_look_names_only_the_rows_it_read_as_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot a run begins with: when the read stops short of the size (a network
+    client), the run's news start where the read stopped, not at the size."""
+    from zotsink._core import fileio
+    from zotsink._run.states import read_states
+
+    path = tmp_path / "l"
+    book = Ledger(path, env={})
+    book.append([book.start_row(1, "one", 1)])
+    first = path.stat().st_size
+    book.append([book.end_row(1, "one", 1, status="ok"), book.start_row(2, "two", 1)])
+    book.close()
+    real = os.pread
+    monkeypatch.setattr(
+        fileio.os, "pread", lambda fd, n, at: real(fd, max(0, min(n, first - at)), at)
+    )
+    states, seen = read_states(path, {1: "one", 2: "two"})
+    assert seen == first and path.stat().st_size > first
+    assert (states[1].state, states[2].state) == ("running", "never")

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from .._core.fileio import pread_chunks
+from .._core.backoff import HEADER_SETTLE, tries
+from .._core.fileio import fresh_stat, pread_chunks
 from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
 from .._core.records import Encoder, decode_row
@@ -35,7 +36,7 @@ from .._ledgerfile import (
     rows_in,
     tasknum_of,
 )
-from ..errors import UsageError
+from ..errors import UsageError, WriteError
 from .alive import PROC_START, proc_start
 from .control import Control
 from .queue import Picked, TaskQueue
@@ -64,6 +65,14 @@ class Claimable(Protocol):
 
     @property
     def line(self) -> str: ...
+
+
+def _tallied(fd: int, start: int, size: int, read: list[int]) -> Iterator[bytes]:
+    """Bytes ``start`` to ``size`` of the ledger (fewer when the read comes back short),
+    ``read[0]`` following where the reads got to."""
+    for chunk in pread_chunks(fd, size, 1 << 20, start=start):
+        read[0] += len(chunk)
+        yield chunk
 
 
 class Ledger:
@@ -264,10 +273,10 @@ class Ledger:
         if late:
             self._learn(fd, late)
             queue.learn(self._states)
-        self._read_news(fd, st.st_size)
+        end = self._read_news(fd, st.st_size, settle=True)
         if self.stopped:
             queue.stop()  # `zotsink stop` since this run began: it claims nothing more
-        self._news_end = max(self._news_end, st.st_size)
+        self._news_end = max(self._news_end, end)
         # this run's own end rows, about to be written: its failures count too
         for _n, _at, block in row_blocks((data,)):
             self._fold(rows_in(block), news=False)
@@ -285,13 +294,45 @@ class Ledger:
         self._claimed_bytes = len(rows)
         return rows
 
-    def _read_news(self, fd: int, size: int) -> None:
-        """Fold the rows appended since the last look into the states of this run's tasks."""
-        if size <= self._seen:
-            return
-        chunks = pread_chunks(fd, size, 1 << 20, start=self._seen)
-        for _n, at, block in row_blocks(chunks, start=self._seen):
-            self._fold(rows_in(block), news=True, at=at)
+    def _read_news(self, fd: int, size: int, *, settle: bool = False) -> int:
+        """Fold the rows appended since the last look, up to ``size``, into the states of
+        this run's tasks; where the next look starts (after the last whole row read).
+
+        A network client may report a size it cannot read up to yet (GlusterFS: rows
+        another client appended, for a moment after the size came from the server): what
+        the read did not get is left for the next look, never passed by. With ``settle``
+        (under the exclusive lock, before a claim: ``size`` is the server's) all of it must
+        be read, or runs would claim tasks already claimed: the rest (and rows with zero
+        bytes in them) is read again after pauses (:data:`HEADER_SETTLE`); a client that
+        still cannot read it raises :class:`WriteError`, and nothing is claimed."""
+        end = self._seen
+        for last in tries(HEADER_SETTLE):
+            read = [end]  # where the reads got to
+            unsure = False
+            for _n, at, block in row_blocks(_tallied(fd, end, size, read), start=end):
+                if settle and not last and b"\0" in block:
+                    # zero bytes where rows should be: a page this client cached before
+                    # the rows came, or a crash's damage (which stays): read it again
+                    unsure = True
+                    break
+                self._fold(rows_in(block), news=True, at=at)
+                end = at + len(block)
+            # under the lock no run is writing: a piece with no newline at the end is a
+            # row this client cannot read whole yet (or a crash's torn row, which stays)
+            if not settle or (read[0] >= size and end == size and not unsure):
+                return end
+            if last and read[0] >= size:
+                return end  # what stays is damage: the next writer starts a fresh line
+            if last:
+                raise WriteError(
+                    f"{self.path}: this client reads {read[0]} bytes of the ledger, the server "
+                    f"has {size}: the rows other runs appended cannot be read here (a network "
+                    "filesystem's cache); nothing was claimed: run again, and if it happens "
+                    f"again run `zotsink doctor {os.path.dirname(self.path) or '.'}`",
+                    path=self.path,
+                )
+            fresh_stat(fd, True)  # the server's answer refreshes what this client caches
+        return end  # pragma: no cover (tries ends with a last attempt)
 
     def look(self) -> Mapping[int, TaskState]:
         """Fold the rows other runs appended since this run last looked, read from a
@@ -302,8 +343,7 @@ class Ledger:
         fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
         try:
             if size > self._seen:
-                self._read_news(fd, size)
-                self._seen = size
+                self._seen = self._read_news(fd, size)
         finally:
             os.close(fd)
         return self._states
