@@ -297,6 +297,8 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
         return text
     first: dict[str, float] = {}
     last: dict[str, float] = {}
+    busy: dict[str, float] = {}  # the ledger's seconds: a task's start to its commit
+    tasks = 0
     with ledger.open() as f:
         header = f.readline().rstrip("\n").split("\t")
         col = {name: i for i, name in enumerate(header)}
@@ -310,6 +312,8 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
                 first[key] = min(first.get(key, t), t)
             else:
                 last[key] = max(last.get(key, t), t)
+                busy[key] = busy.get(key, 0.0) + float(row[col["seconds"]] or 0)
+                tasks += 1
     keys = [k for k in spans if k in first and k in last]
     if not keys:
         return text + "; no ledger rows of these elements"
@@ -318,7 +322,8 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
     tail = mean(spans[k][1] - last[k] for k in keys)
     return (
         text + f"; per element: start to first claim {to_claim:.2f} s,"
-        f" tasks {work:.2f} s, last commit to exit {tail:.2f} s"
+        f" tasks {work:.2f} s, last commit to exit {tail:.2f} s;"
+        f" a task's start to its commit {sum(busy.values()) / tasks:.3f} s (mean)"
     )
 
 
