@@ -299,6 +299,7 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
     last: dict[str, float] = {}
     busy: dict[str, float] = {}  # the ledger's seconds: a task's start to its commit
     tasks = 0
+    ran: dict[str, int] = {}  # ok end rows per task: more than one is a task run twice
     with ledger.open() as f:
         header = f.readline().rstrip("\n").split("\t")
         col = {name: i for i, name in enumerate(header)}
@@ -314,6 +315,8 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
                 last[key] = max(last.get(key, t), t)
                 busy[key] = busy.get(key, 0.0) + float(row[col["seconds"]] or 0)
                 tasks += 1
+                if row[col["status"]] == "ok":
+                    ran[row[col["tasknum"]]] = ran.get(row[col["tasknum"]], 0) + 1
     keys = [k for k in spans if k in first and k in last]
     if not keys:
         return text + "; no ledger rows of these elements"
@@ -323,12 +326,13 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
     return (
         text + f"; per element: start to first claim {to_claim:.2f} s,"
         f" tasks {work:.2f} s, last commit to exit {tail:.2f} s;"
-        f" a task's start to its commit {sum(busy.values()) / tasks:.3f} s (mean)"
+        f" a task's start to its commit {sum(busy.values()) / tasks:.3f} s (mean);"
+        f" {sum(1 for v in ran.values() if v > 1)} tasks ran more than once"
     )
 
 
 def one_way(
-    way: str, env: dict[str, str], tasks: Path, n: int, shared: Path, work: Path
+    way: str, env: dict[str, str], tasks: Path, n: int, shared: Path, work: Path, keep: Path | None
 ) -> Measure:
     """One way's round; checks the N rows."""
     shared.mkdir(parents=True)
@@ -363,6 +367,11 @@ def one_way(
         ledger = shared / "stats.tsv.ledger"
         rows = rows_of(table, n, committed=True)
     fs = fs_cpu() - fs0
+    if keep is not None:
+        kept = keep / shared.name
+        shutil.copytree(cpu_dir, kept / "elements")
+        if ledger is not None:
+            shutil.copy(ledger, kept / "stats.tsv.ledger")
     if rows != n:
         sys.exit(f"seed: {way}: {rows} rows for {n} images in {shared}")
     return Measure(t, t_collect, cpu, fs, phases_of(cpu_dir, ledger, wall0, t))
@@ -427,6 +436,12 @@ def main() -> None:
         "--lock-images", type=int, default=2700, help="images of the strace'd runs (0: none)"
     )
     ap.add_argument("--netem", type=float, metavar="MS", help="also with this delay")
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each way's element times and its run's ledger in DIR/DELAY-ROUND-WAY",
+    )
     args = ap.parse_args()
     ways = [w for w in args.ways.split(",") if w]
     if not set(ways) <= set(WAYS) or args.images < 1 or args.rounds < 0:
@@ -486,7 +501,7 @@ def bench(
             order = ways if rnd % 2 == 0 else ways[::-1]
             for way in order:
                 load = os.getloadavg()
-                m = one_way(way, env, tasks, n, shared / f"{delay}-{rnd}-{way}", work)
+                m = one_way(way, env, tasks, n, shared / f"{delay}-{rnd}-{way}", work, args.keep)
                 total = m.seconds + m.collect
                 times.setdefault((delay, way), []).append(total)
                 detail = f" ({m.seconds:.1f} + collect {m.collect:.1f})" if m.collect else ""
