@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import warnings
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
-from ._core.fileio import line_blocks, pread_chunks, side_file_problem
+from ._core.fileio import fresh_stat, line_blocks, pread_chunks, side_file_problem
 from ._core.records import MAX_LINE, decode_row
 from ._core.snapshot import snapshot
 from ._core.stop import Stopper
@@ -434,12 +435,29 @@ class OutFile(NamedTuple):
 
 
 def out_file(path: str | os.PathLike[str]) -> OutFile | None:
-    """OUT's identity and size now; None when no such file exists."""
+    """OUT's identity and size now, as the server has it; None when no such file exists.
+
+    A network client (GlusterFS) may report the size it cached before another node
+    appended, for a moment: the pieces of tasks that node just committed would look cut
+    off, their tasks lost, and a run would start them again while they are done. So a
+    regular file's size is asked of the server (:func:`fresh_stat`)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return OutFile(st.st_ino, st.st_size)
+    if not stat.S_ISREG(st.st_mode):
+        return OutFile(st.st_ino, st.st_size)  # never opened: a FIFO or device is no OUT
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return OutFile(st.st_ino, st.st_size)  # not readable here: its stat is all there is
+    try:
+        _dev, ino, size = fresh_stat(fd, True)
+    except OSError:
+        return OutFile(st.st_ino, st.st_size)
+    finally:
+        os.close(fd)
+    return OutFile(ino, size)
 
 
 def piece_problem(offset: str, length: str, ino: str, out: OutFile | None) -> str | None:

@@ -219,3 +219,38 @@ def test_a_run_s_first_look_names_only_the_rows_it_read_as_seen(
     states, seen = read_states(path, {1: "one", 2: "two"})
     assert seen == first and path.stat().st_size > first
     assert (states[1].state, states[2].state) == ("running", "never")
+
+
+def test_an_ok_task_is_not_lost_because_this_client_caches_a_shorter_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GlusterFS, pull runs on three nodes: a run that begins right after another node
+    committed tasks sees OUT's old size through its client's cache, for a moment. Its
+    pieces then look cut off; the run took those tasks for lost and ran them again (as
+    attempt 2, while they were done). OUT's size is asked of the server instead."""
+    import subprocess
+    import sys
+
+    from zotsink import _ledgerfile
+
+    (tmp_path / "tasks.txt").write_text("a\nb\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "zotsink", "run", "tasks.txt", "out.txt", "--", "echo"],
+        cwd=tmp_path,
+        capture_output=True,
+    )
+    assert r.returncode == 0, r.stderr
+    out = str(tmp_path / "out.txt")
+    real = os.stat
+
+    def cached(path, *a, **k):  # this client still has OUT as it was before the appends
+        st = real(path, *a, **k)
+        if os.fspath(path) == out:
+            return os.stat_result((*st[:6], 0, *st[7:10]))
+        return st
+
+    monkeypatch.setattr(_ledgerfile.os, "stat", cached)
+    assert os.stat(out).st_size == 0
+    keys = {1: "a", 2: "b"}
+    states = states_of(keys, read_ledger(tmp_path / "out.txt.ledger"), out=out)
+    assert {n: s.state for n, s in states.items()} == {1: "ok", 2: "ok"}
