@@ -752,7 +752,9 @@ class Pool:
         if self.halting is None or self.halted is not None or self.stopping:
             return
         text = last.decode("utf-8", "replace")
-        why = self.halting.end(a.status, alike_key(a.status, text, a.task.line)[1], text)
+        status = a.status
+        key = alike_key(status, text, a.task.line)[1] if status != "ok" else None
+        why = self.halting.end(status, key, text)
         if why is not None:
             self._halt(
                 f"halted: {why}; nothing more was claimed: the tasks not started stay to "

@@ -672,7 +672,8 @@ _MARK_LINE: Final = re.compile(rb"([BNET])(\d+)\.(\d+)(?: (\d+)\.(\d+))?\n")
 class _Prints:
     """A worker's prints, each where its marks say: under the task whose call made it,
     else under task 0 (see the module's docstring). A
-    :class:`~zotsink._core.pump.LineSink`."""
+    :class:`~zotsink._core.pump.LineSink`. Most calls print nothing: a mark only notes
+    whose the next lines are, and where they go is looked up when a line comes."""
 
     def __init__(
         self, mark: bytes, prints_to: Callable[[int, int], LineSink], worker: Worker
@@ -680,8 +681,9 @@ class _Prints:
         self._mark = mark
         self._sinks = prints_to
         self._worker = worker
-        self._to = prints_to(0, 0)  # task 0 until a call begins
         self.call: tuple[int, int] | None = None  # the call whose prints come now
+        self._to = prints_to(0, 0)  # where they go (task 0 until a call begins)
+        self._to_call: tuple[int, int] | None = None  # the call self._to is for
         self._after: tuple[int, int] | None = None  # a call that left a thread alive
         self._told = False  # the line that says what follows it was written
 
@@ -703,48 +705,48 @@ class _Prints:
         if block:
             self._out(block)
 
-    def _begin(self, num: int, attempt: int) -> None:
-        """A call begins: its prints are its own (a call the worker was not sent: task 0's)."""
-        if self._worker.holds(num, attempt):
-            self.call = (num, attempt)
-            self._to = self._sinks(num, attempt)
-        else:
-            self.call = None
-            self._to = self._sinks(0, 0)
-        self._after = None
-
     def _switch(self, m: re.Match[bytes]) -> None:
         what = m.group(1)
-        num, attempt = int(m.group(2)), int(m.group(3))
         if what == b"B":
-            self._begin(num, attempt)
+            self.call = (int(m.group(2)), int(m.group(3)))
+            self._after = None
         elif what == b"N":
-            self._begin(int(m.group(4)), int(m.group(5)))
+            self.call = (int(m.group(4)), int(m.group(5)))
+            self._after = None
         else:
             self.call = None
-            self._to = self._sinks(0, 0)
-            self._after = (num, attempt) if what == b"T" else None
+            self._after = (int(m.group(2)), int(m.group(3))) if what == b"T" else None
             self._told = False
 
+    def _sink(self) -> LineSink:
+        """Where the lines go now: the call under way, if the worker was sent it."""
+        call = self.call
+        if call is not None and not self._worker.holds(*call):
+            call = self.call = None  # a call the worker was not sent: task 0's
+        if call != self._to_call:
+            self._to = self._sinks(*call) if call is not None else self._sinks(0, 0)
+            self._to_call = call
+        return self._to
+
     def _out(self, block: bytes) -> None:
+        to = self._sink()
         if self._after is not None and not self._told:
             num, attempt = self._after
             self._told = True
-            self._to.lines(
+            to.lines(
                 f"zotsink: printed by the worker after the call of task {num}.{attempt} "
                 "returned (by a thread it started?):\n".encode()
             )
-        self._to.lines(block)
+        to.lines(block)
 
     def returned(self, call: tuple[int, int] | None) -> None:
         """``call`` ended (its result came, or its worker died): what follows is not its,
         should its end mark not have come (FUNC closed its stdout)."""
         if call is not None and self.call == call:
             self.call = None
-            self._to = self._sinks(0, 0)
 
     def long_begin(self, head: bytes) -> None:
-        self._to.long_begin(head)
+        self._sink().long_begin(head)
 
     def long_more(self, piece: bytes) -> None:
         self._to.long_more(piece)
