@@ -14,6 +14,10 @@ are its waited-for children) ``os.wait4`` reports:
   run1   zotsink run TASKS OUT --call mod.py:f --jobs 1
   run2   zotsink run TASKS OUT --call mod.py:f --jobs 2
 
+With ``--inline`` a fourth way, ``inline``: ``run --jobs 1`` with the function called in the
+run's own process (``benchlib/inline.py``, a prototype for measuring another design: no
+worker, no pipes), the floor of the run's own work per task.
+
 With ``--root OTHER`` (another source tree, e.g. a checkout of an older commit) ``run1`` and
 ``run2`` run a second time per round with OTHER's zotsink (its tree first on ``PYTHONPATH``).
 
@@ -83,6 +87,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds [2]")
     ap.add_argument("--jobs", type=int, action="append", help="--jobs of the run ways [1, 2]")
     ap.add_argument("--root", help="another source tree whose run to alternate with this one's")
+    ap.add_argument("--inline", action="store_true", help="also the in-process prototype")
     ap.add_argument("--dir", help="where to run (default: a temporary directory)")
     args = ap.parse_args()
     sizes = args.tasks or [5000, 50000]
@@ -126,6 +131,10 @@ def main() -> None:
                     str(j),
                 ]
                 envs[name] = env
+        if args.inline:
+            ways["inline"] = [py, str(ROOT / "scripts" / "bench" / "benchlib" / "inline.py")]
+            ways["inline"] += ways["run1"][3:]
+            envs["inline"] = here_env
         cpu: dict[str, list[float]] = {k: [] for k in ways}
         wall: dict[str, list[float]] = {k: [] for k in ways}
         order = list(ways)
