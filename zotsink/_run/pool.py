@@ -623,6 +623,8 @@ class Pool:
         a.exited(now, code)
         if a.ended_by == "interrupted":
             a.ended_by = None  # the call ended within the grace: its result stands
+        if a.step(now) == "end":  # a call has no pipes of its own to wait for
+            self._ended(a, now)
         if worker.queued:
             self._begin(worker)
         elif self.stopping or worker.held or not worker.ready:

@@ -14,23 +14,32 @@ values: it cannot run code the way unpickling can).
 Frames, worker to run, each naming the worker's pid: ``("ready", pid)`` once FUNC is
 loaded, ``("unloadable", pid, text)`` when it cannot be, and for each task
 ``("done", pid, tasknum, attempt, items)`` or ``("raised", pid, tasknum, attempt, traceback,
-exit)``. The run credits a result only to the task it sent that worker, from that worker's
-pid (a process FUNC forked, which came back into the worker's loop, never answers: it exits
-at once). ``items`` are the records: ``(0, text)`` for lines, ``(1, {column: value})`` for
-one record by name, values reduced to what marshal carries (other values, NumPy's among
-them, become the text a record holds for them: :func:`~zotsink._core.records.value_text`).
-Run to worker: ``(tasknum, attempt, line)``; end of the stream: stop. Both frame pipes are
-the worker's alone: what FUNC starts does not inherit them, and the run sees the worker's
-death from the process itself (a pidfd), not only from its results pipe's end.
+exit)``. The run credits a result only to the call under way in that worker (the first task
+it was sent and has not answered), from that worker's pid (a process FUNC forked, which
+came back into the worker's loop, never answers: it exits at once). ``items`` are the
+records: ``(0, text)`` for lines, ``(1, {column: value})`` for one record by name, values
+reduced to what marshal carries (other values, NumPy's among them, become the text a record
+holds for them: :func:`~zotsink._core.records.value_text`). Run to worker: a batch, a list of
+``(tasknum, attempt, line)``, called in that order, each answered as its call ends (a slow
+call holds back no earlier call's result); end of the stream: stop. Both frame pipes are the
+worker's alone: what FUNC starts does not inherit them, and the run sees the worker's death
+from the process itself (a pidfd), not only from its results pipe's end: then only the call
+under way dies with it, and the tasks it had not begun go back to the run.
+
+A page shared with the run (a memory file; without one, batches are of one task) carries one
+byte the run sets at a stop: the worker begins no more calls, and sends the tasks it holds
+and did not begin back in a ``("back", pid, [(tasknum, attempt), ...])`` frame.
 
 The prints come a line at a time into the log, cut by the one pipe line cutter, under the
-number of the task the worker was sent (task 0, the run's own lines, before the first task
-and between tasks). A call that leaves a thread alive may have it print after the call
-returned: then the worker writes a mark into its prints after flushing them (a line with a
-random token of the run's, which no print holds by chance), and another when the next call
-begins; what comes between the two is logged under task 0, after a line that says which
-call it followed. A call's prints (and its mark) are flushed before its result, so the
-result frame is where they end.
+number of the task whose call printed them (task 0, the run's own lines, before the first
+call and between batches). The worker marks each call's end in its prints, after flushing
+them (a line with a random token of the run's, which no print holds by chance, a letter and
+the call's task and attempt): ``N`` when the next call of the batch begins at once (and
+which), ``E`` when none does, ``T`` when the call left a thread alive, which may print
+after it returned: what comes after it is logged under task 0, after a line that says which
+call it followed, until a ``B`` mark says which call begins. A call's prints and its mark
+are flushed before its result, so the run, which reads the prints before crediting a
+result, never takes one call's lines for another's.
 """
 
 from __future__ import annotations
