@@ -36,7 +36,7 @@ import signal
 import subprocess
 import time
 from collections import ChainMap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._core.records import MAX_LINE
@@ -511,7 +511,9 @@ class Pool:
     def _begin(self, worker: Worker) -> None:
         """The first task queued in ``worker`` is the call under way: its attempt begins."""
         task, _num, attempt = worker.queued[0]
-        env = ChainMap({TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}, self.how.env)
+        env: Mapping[str, str] = self.how.env
+        if self.output.template.stamp:  # what the records' stamps read
+            env = ChainMap({TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}, env)
         a = Attempt(task, attempt, self.output, env, time.monotonic())
         self.attempts.append(a)
         self.started += 1
