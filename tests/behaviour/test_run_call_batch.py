@@ -212,15 +212,20 @@ def test_results_and_prints_are_credited_by_task_not_by_place() -> None:
         def lines(self, block: bytes) -> None:
             got.extend((*self.at, x) for x in block.splitlines())
 
-    holder = SimpleNamespace(holds=lambda n, a: any((n, a) == q[1:] for q in queued))
+    times: list[tuple[tuple[int, int], float]] = []
+    holder = SimpleNamespace(
+        holds=lambda n, a: any((n, a) == q[1:] for q in queued),
+        took=lambda call, seconds: times.append((call, seconds)),
+    )
     mark = b"\0zotsink 0123456789abcdef "
     prints = _Prints(mark, Sink, holder)  # type: ignore[arg-type]
     prints.lines(
-        b"loading\n" + mark + b"B3.1\n" + b"one\n" + b"half " + mark + b"N3.1 4.1\n"
+        b"loading\n" + mark + b"B3.1\n" + b"one\n" + b"half " + mark + b"N3.1 4.1 250\n"
         + b"two\n" + mark + b"N4.1 9.1\n" + b"not sent\n" + mark + b"B5.2\n" + b"three\n"
-        + mark + b"E5.2\n" + b"after\n"
+        + mark + b"E5.2 7\n" + b"after\n"
     )  # fmt: skip
     assert got == [
         (0, 0, b"loading"), (3, 1, b"one"), (3, 1, b"half "), (4, 1, b"two"),
         (0, 0, b"not sent"), (5, 2, b"three"), (0, 0, b"after"),
     ]  # fmt: skip
+    assert times == [((3, 1), 0.00025), ((5, 2), 0.000007)]  # what the calls took

@@ -160,7 +160,6 @@ class Pool:
         # function workers (--call): every one, and pipe fd -> its worker
         self.workers: list[Worker] = []
         self.worker_fds: dict[int, Worker] = {}
-        self.call_time: dict[Worker, float] = {}  # seconds a call takes, recent ones weigh most
 
     # -- the loop ----------------------------------------------------------------------------
     def loop(self) -> None:
@@ -546,7 +545,6 @@ class Pool:
             kind = frame[0]
             if kind == "ready":
                 worker.ready = True
-                self.call_time[worker] = 0.0
             elif kind == "back":  # held: the tasks it was sent and did not begin
                 self._handed_back(worker, len(frame[2]))
             elif kind == "unloadable":
@@ -604,9 +602,10 @@ class Pool:
         if worker.batching:
             # more tasks at a time while calls are quick: a task queued behind others waits
             # for them about BATCH_SECONDS at most
-            took = now - a.started
-            mean = self.call_time.get(worker, 0.0) * 0.8 + took * 0.2
-            self.call_time[worker] = mean
+            call = (a.task.num, a.attempt)
+            if worker.timed != call:  # its end mark said nothing (FUNC closed its stdout)
+                worker.took(call, now - a.started)
+            mean = worker.call_time
             fits = int(BATCH_SECONDS / mean) if mean > 0 else MAX_BATCH
             worker.batch = max(1, min(worker.batch * 2, fits, MAX_BATCH))
         self.queue.ran()
@@ -655,7 +654,6 @@ class Pool:
                 self._unwatch_worker(fd)
         code = worker.exit_code(KILL_AFTER)
         self.workers.remove(worker)
-        self.call_time.pop(worker, None)
         a: Attempt | None = worker.returned() if worker.task is not None else None
         # the call under way dies with it; the tasks it had not begun are not its
         self._unstarted(worker, worker.handed_back())

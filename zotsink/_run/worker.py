@@ -334,19 +334,21 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
                     break
                 _flush_prints()  # a thread's: not this call's
                 _mark(mark, b"B%d.%d" % (num, attempt))
+            began = time.perf_counter()
             reply = _call(func, results, me, num, attempt, line)
+            took = int((time.perf_counter() - began) * 1e6)  # microseconds, for the run's batches
             _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
             _flush_prints()  # before the mark and the result: the run reads the prints first
             if _threads_left():  # what they print later is not this call's
                 going = False
-                _mark(mark, b"T%d.%d" % (num, attempt))
+                _mark(mark, b"T%d.%d %d" % (num, attempt, took))
             elif at + 1 < len(batch) and not (held is not None and held[0]):
                 going = True
                 nxt = batch[at + 1]
-                _mark(mark, b"N%d.%d %d.%d" % (num, attempt, nxt[0], nxt[1]))
+                _mark(mark, b"N%d.%d %d.%d %d" % (num, attempt, nxt[0], nxt[1], took))
             else:
                 going = False
-                _mark(mark, b"E%d.%d" % (num, attempt))
+                _mark(mark, b"E%d.%d %d" % (num, attempt, took))
             try:
                 _send(results, reply)
             except ValueError as e:  # marshal: an unmarshallable value inside a record
@@ -500,6 +502,10 @@ class Worker:
         self.held = False  # told to begin nothing more (see hold)
         #: Tasks to send at once: one, more while calls are quick (see Pool).
         self.batch = 1
+        #: Seconds a call takes, recent ones weigh most (as the worker tells), and the last
+        #: call it told of.
+        self.call_time = 0.0
+        self.timed: tuple[int, int] | None = None
         self._cutter = LineCutter(max_line)
         self._prints_to = _Prints(self._mark, prints_to, self)
         self.task: Any = None  # what the run calls the call under way (None: none)
@@ -522,6 +528,12 @@ class Worker:
         except OSError:  # BrokenPipeError: it is gone
             return False
         return True
+
+    def took(self, call: tuple[int, int], seconds: float) -> None:
+        """A call took ``seconds`` (the worker's own measure, in its end mark; or the run's,
+        when no mark came)."""
+        self.call_time = 0.8 * self.call_time + 0.2 * seconds if self.timed else seconds
+        self.timed = call
 
     def holds(self, num: int, attempt: int) -> bool:
         """Whether the task ``num.attempt`` was sent to it and has not ended."""
@@ -674,8 +686,8 @@ class Worker:
 
 #: A mark's line: its letter (B: a call begins; N: one ended and the next of its batch
 #: begins; E: one ended; T: one ended and left a thread alive), the call's task and
-#: attempt, and for N the next call's.
-_MARK_LINE: Final = re.compile(rb"([BNET])(\d+)\.(\d+)(?: (\d+)\.(\d+))?\n")
+#: attempt, for N the next call's, and for an end the microseconds the call took.
+_MARK_LINE: Final = re.compile(rb"([BNET])(\d+)\.(\d+)(?: (\d+)\.(\d+))?(?: (\d+))?\n")
 
 
 class _Prints:
@@ -716,6 +728,8 @@ class _Prints:
 
     def _switch(self, m: re.Match[bytes]) -> None:
         what = m.group(1)
+        if m.group(6) is not None:
+            self._worker.took((int(m.group(2)), int(m.group(3))), int(m.group(6)) / 1e6)
         if what == b"B":
             self.call = (int(m.group(2)), int(m.group(3)))
             self._after = None
