@@ -44,6 +44,7 @@ def main() -> None:
         holds = worker.Worker.holds
         returned = worker.Worker.returned
         handed_back = worker.Worker.handed_back
+        took = worker.Worker.took
         batching = True
 
         def __init__(
@@ -63,6 +64,8 @@ def main() -> None:
             self.closed = False
             self.held = False
             self.batch = 1
+            self.call_time = 0.0
+            self.timed: tuple[int, int] | None = None
             self.task: Any = None
             self._prints_to = _NoPrints()
             self._frames: list[tuple[Any, ...]] = [("ready", self.pid)]
