@@ -256,6 +256,8 @@ def _text(v: str | bytes) -> Iterator[tuple[int, Any]]:
 def _reply(results: IO[bytes], me: int, num: int, attempt: int, result: Any) -> tuple[Any, ...]:
     """The items of FUNC's result: those past a frame's size sent ahead as ``part`` frames,
     the rest as the ``done`` frame returned (to be sent once the prints are flushed)."""
+    if type(result) is str and len(result) <= PART_SIZE:  # the common case, at once
+        return ("done", me, num, attempt, [(LINES, result)])
     items: list[tuple[int, Any]] = []
     size = 0
     for item in _items(result):
@@ -361,8 +363,10 @@ def _call(
 ) -> tuple[Any, ...]:
     """One call of FUNC: the frame that answers it (``done`` or ``raised``), to be sent once
     its prints are flushed and marked."""
-    os.environ[TASKNUM_VAR] = str(num)
-    os.environ[ATTEMPT_VAR] = str(attempt)
+    environ = os.environ
+    environ[TASKNUM_VAR] = str(num)
+    if environ.get(ATTEMPT_VAR) != str(attempt):
+        environ[ATTEMPT_VAR] = str(attempt)
     try:
         return _reply(results, me, num, attempt, func(line))
     except SystemExit as e:
@@ -401,8 +405,11 @@ def _threads_left() -> bool:
 def _mark(mark: bytes, what: bytes) -> None:
     """A mark line in the prints, after what was printed so far (flushed)."""
     if mark:
-        with contextlib.suppress(OSError):  # FUNC closed its stdout: its prints are lost too
+        # not contextlib.suppress: an object made twice per call, for nothing
+        try:
             os.write(1, mark + what + b"\n")
+        except OSError:  # FUNC closed its stdout: its prints are lost too
+            return
 
 
 def _not_forked(me: int, code: int) -> None:
@@ -431,8 +438,10 @@ def _end_with_parent() -> None:
 
 def _flush_prints() -> None:
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # closed or broken by FUNC
+        try:  # not contextlib.suppress: an object made twice per call, for nothing
             stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed, broken or replaced by FUNC
+            continue
 
 
 class Worker:
