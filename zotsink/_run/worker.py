@@ -60,6 +60,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, Final
 
+from .._core.fileio import write_all
 from .._core.pump import LineCutter, LineSink
 from .._core.records import value_text
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
@@ -533,7 +534,8 @@ class Worker:
         self.sent = self.queued[0][1:]
         data = marshal.dumps([(num, attempt, line) for _, num, attempt, line in tasks])
         try:
-            os.write(self._tasks_w, _LEN.pack(len(data)) + data)
+            # whole: a signal may cut a long write short, and a frame cut is no frame
+            write_all(self._tasks_w, _LEN.pack(len(data)) + data)
         except OSError:  # BrokenPipeError: it is gone
             return False
         return True
