@@ -312,6 +312,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
     os.set_inheritable(results_fd, False)
     tasks = os.fdopen(tasks_fd, "rb")
     results = os.fdopen(results_fd, "wb")
+    held = _held_flag(flag_fd)  # before FUNC loads: a page that cannot be mapped ends it here
     _warm_traceback()
     try:
         func = _load(spec)
@@ -323,7 +324,6 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
     _not_forked(me, 0)
     _flush_prints()
     _send(results, ("ready", me))
-    held = _held_flag(flag_fd)
     going = False  # the last end mark said the next call of the batch begins at once
     while True:
         batch = _receive(tasks)
