@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 from typing import IO, Any, Final, Literal
 
 from .._core.blocks import BlockEncoder, Held, LongLine
@@ -63,7 +64,7 @@ class Output:
         # its failure is grouped by (see .halting)
         self.last_lines: dict[tuple[int, int], bytes] = {}
 
-    def encoder(self, env: dict[str, str]) -> BlockEncoder:
+    def encoder(self, env: Mapping[str, str]) -> BlockEncoder:
         """An attempt's own encoder: its task number and attempt in its stamps."""
         tpl = self.template
         # like(): OUT's header as the template found it, so that each task's encoder can
@@ -145,7 +146,9 @@ class _Pipe:
 class Attempt:
     """One attempt of a task: a command's process, or a call in a function worker."""
 
-    def __init__(self, task: Task, attempt: int, output: Output, env: dict[str, str], now: float):
+    def __init__(
+        self, task: Task, attempt: int, output: Output, env: Mapping[str, str], now: float
+    ) -> None:
         self.task = task
         self.attempt = attempt
         self.output = output

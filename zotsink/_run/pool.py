@@ -35,7 +35,8 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 from .._core.records import MAX_LINE
@@ -70,6 +71,14 @@ LOAD_TIMEOUT: Final = 600.0
 #: interrupted by a stop, not killed by somebody.
 STOP_SETTLE: Final = 2.0
 _POLL_IN: Final = select.POLLIN | select.POLLHUP | select.POLLERR
+#: --call: the work a worker is sent at once, in seconds of its calls, about: while calls
+#: are quick it gets more tasks per frame (fewer frames, reads and wake-ups per task); a
+#: task queued behind others in its worker waits for them about this long at most.
+BATCH_SECONDS: Final = 0.005
+#: --call: the most tasks in one frame, and the most bytes of their lines in a frame sent
+#: to a worker that has tasks still (a frame never waits in a full pipe).
+MAX_BATCH: Final = 64
+BATCH_BYTES: Final = 16384
 
 
 class Tasking(NamedTuple):
@@ -148,9 +157,8 @@ class Pool:
         self.stopping = False
         self.signals_seen = 0  # stop signals acted on (a second one ends the grace)
         self.ledger_error: Exception | None = None
-        # function workers (--call): every one, the idle ones, and pipe fd -> its worker
+        # function workers (--call): every one, and pipe fd -> its worker
         self.workers: list[Worker] = []
-        self.idle: list[Worker] = []
         self.worker_fds: dict[int, Worker] = {}
 
     # -- the loop ----------------------------------------------------------------------------
@@ -255,6 +263,8 @@ class Pool:
     def _finished(self) -> bool:
         if self.attempts or self.settling or self.group.attempts or self.queue.claimed:
             return False
+        if any(w.queued for w in self.workers):
+            return False
         if self._looking():
             return False
         if self.queue.has_work:
@@ -324,8 +334,15 @@ class Pool:
     def _free(self) -> int:
         """Tasks that could start now."""
         if self.how.call is not None:
-            return len(self.idle)
+            return sum(self._room(w) for w in self.workers)
         return self.how.jobs - len(self.attempts)
+
+    def _room(self, worker: Worker) -> int:
+        """Tasks to send ``worker`` now: none until it is down to half its batch."""
+        if not worker.ready or worker.closed or worker.held:
+            return 0
+        queued = len(worker.queued)
+        return worker.batch - queued if queued <= worker.batch // 2 else 0
 
     def _commit_due(self, now: float) -> bool:
         if self.queue.claim_due(self._free(), not self.attempts and not self.workers):
@@ -360,8 +377,15 @@ class Pool:
     def _release(self) -> None:
         """Tasks claimed but not started, after a stop or a halt: their end rows say so,
         or readers would take them for running (or lost) tasks."""
+        for worker in self.workers:
+            if not worker.held:
+                worker.hold()  # it begins nothing more, and hands back what it holds
+        self._not_started(self.queue.release())
+
+    def _not_started(self, claimed: list[tuple[Task, int]]) -> None:
+        """End rows for tasks claimed and not started, after a stop or a halt."""
         why = self.halted or "the run was stopped"
-        for task, attempt in self.queue.release():
+        for task, attempt in claimed:
             self.ends.append(
                 self.ledger.end_row(
                     task.num,
@@ -377,16 +401,19 @@ class Pool:
 
     # -- starting ----------------------------------------------------------------------------
     def _start_ready(self) -> None:
+        if self.how.call is not None:
+            for worker in self.workers:
+                room = self._room(worker)
+                if room > 0:
+                    self._send(worker, room)
+            return
         while self._free() > 0:
             claimed = self.queue.next()
             if claimed is None:
                 return
             task, attempt = claimed
             self.tries[task.num] = self.tries.get(task.num, 0) + 1
-            if self.how.call is not None:
-                self._call(self.idle.pop(), task, attempt)
-            else:
-                self._spawn(task, attempt)
+            self._spawn(task, attempt)
 
     def _attempt(self, task: Task, attempt: int) -> tuple[Attempt, dict[str, str]]:
         env = {**self.how.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
@@ -455,14 +482,44 @@ class Pool:
             self.worker_fds[fd] = worker
             self.poller.register(fd, _POLL_IN)
 
-    def _call(self, worker: Worker, task: Task, attempt: int) -> None:
-        a, _env = self._attempt(task, attempt)
+    def _send(self, worker: Worker, room: int) -> None:
+        """Up to ``room`` claimed tasks to ``worker``, in one frame (of at most BATCH_BYTES
+        of lines to a worker that has tasks still: a frame never waits in a full pipe)."""
+        batch: list[tuple[Task, int, int, str]] = []
+        size = 0
+        while len(batch) < room:
+            claimed = self.queue.next()
+            if claimed is None:
+                break
+            task, attempt = claimed
+            size += len(task.line)
+            if size > BATCH_BYTES and (batch or worker.queued):
+                self.queue.give_back([claimed])  # with the next frame
+                break
+            self.tries[task.num] = self.tries.get(task.num, 0) + 1
+            batch.append((task, task.num, attempt, task.line))
+        if not batch:
+            return
+        idle = not worker.queued
+        # A worker that died since it was sent its last tasks is noticed through its pipes:
+        # the call it was under is then killed, the others are started again elsewhere.
+        worker.send(batch)
+        if idle:
+            self._begin(worker)
+
+    def _begin(self, worker: Worker) -> None:
+        """The first task queued in ``worker`` is the call under way: its attempt begins."""
+        task, _num, attempt = worker.queued[0]
+        env: Mapping[str, str] = self.how.env
+        if self.output.template.stamp:  # what the records' stamps read
+            env = ChainMap({TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}, env)
+        a = Attempt(task, attempt, self.output, env, time.monotonic())
+        self.attempts.append(a)
+        self.started += 1
         a.worker = worker
+        worker.task = a
         if self.how.task_timeout is not None:
             a.limit(a.started + self.how.task_timeout)
-        # A worker that died since it was idle is noticed through its pipes: its task is
-        # then killed, as one that died during the call.
-        worker.send(a, task.num, attempt, task.line)
 
     def _from_worker(self, worker: Worker, fd: int) -> None:
         if fd == worker.prints_fd:
@@ -478,6 +535,8 @@ class Pool:
 
     def _results(self, worker: Worker, dead: bool) -> None:
         frames, ended = worker.frames()
+        # the prints before them: a call's prints and its end mark come before its result
+        worker.take_prints()
         for frame in frames:
             why = worker.refusal(frame)
             if why is not None:
@@ -486,7 +545,8 @@ class Pool:
             kind = frame[0]
             if kind == "ready":
                 worker.ready = True
-                self.idle.append(worker)
+            elif kind == "back":  # held: the tasks it was sent and did not begin
+                self._handed_back(worker, len(frame[2]))
             elif kind == "unloadable":
                 self._unloadable(worker, frame[2])
             elif kind == "part":  # a large result's items, ahead of its end
@@ -505,12 +565,49 @@ class Pool:
             "(a process the function forked?)".encode()
         )
 
+    def _handed_back(self, worker: Worker, n: int) -> None:
+        """A held worker did not begin the first ``n`` tasks it holds: they end as not
+        started (the run stops), and the attempt begun for the first one is no attempt."""
+        a: Attempt | None = worker.task
+        if a is not None:
+            worker.task = None
+            self.attempts.remove(a)
+            self.started -= 1
+            a.close()
+        self._unstarted(worker, worker.handed_back(n))
+        if worker.queued:
+            self._begin(worker)  # a later frame's: handed back in turn
+        else:
+            worker.stop()
+
+    def _unstarted(self, worker: Worker, tasks: list[tuple[Task, int]]) -> None:
+        """Tasks a worker was sent and did not begin: to start again elsewhere, or, when the
+        run stops, not started."""
+        if not tasks:
+            return
+        for task, _attempt in tasks:
+            self.tries[task.num] -= 1
+        if self.queue.stopped:
+            self._not_started(tasks)
+        else:
+            self.queue.give_back(tasks)
+
     def _returned(self, worker: Worker, frame: tuple[Any, ...]) -> None:
         """A function's call ended: its prints first (sent before its result), then its
-        records."""
+        records; the next task queued in its worker begins."""
         a: Attempt | None = worker.returned()
         if a is None:
             return
+        now = time.monotonic()
+        if worker.batching:
+            # more tasks at a time while calls are quick: a task queued behind others waits
+            # for them about BATCH_SECONDS at most
+            call = (a.task.num, a.attempt)
+            if worker.timed != call:  # its end mark said nothing (FUNC closed its stdout)
+                worker.took(call, now - a.started)
+            mean = worker.call_time
+            fits = int(BATCH_SECONDS / mean) if mean > 0 else MAX_BATCH
+            worker.batch = max(1, min(worker.batch * 2, fits, MAX_BATCH))
         self.queue.ran()
         if frame[0] == "done":
             code = 0
@@ -524,12 +621,14 @@ class Pool:
                 log.line(line.encode("utf-8", "surrogateescape"))
             last = text.strip().splitlines()[-1:] if text.strip() else [f"exit {code}"]
             a.notes.append(f"the function raised: {last[0][:200]}")
-        a.exited(time.monotonic(), code)
+        a.exited(now, code)
         if a.ended_by == "interrupted":
             a.ended_by = None  # the call ended within the grace: its result stands
-        if not self.stopping and worker.ready:
-            self.idle.append(worker)
-        else:
+        if a.step(now) == "end":  # a call has no pipes of its own to wait for
+            self._ended(a, now)
+        if worker.queued:
+            self._begin(worker)
+        elif self.stopping or worker.held or not worker.ready:
             worker.stop()
 
     def _unloadable(self, worker: Worker, text: str) -> None:
@@ -547,15 +646,17 @@ class Pool:
     def _worker_gone(self, worker: Worker) -> None:
         """The worker's results pipe ended, or its process did: it exited, or died (its task
         is then killed)."""
-        worker.take_prints()  # what is there now: a process it started may hold the pipe
+        # what is there now (a process it started may hold the pipe); a line left unfinished
+        # ends with it
+        worker.take_prints(last=True)
         for fd in (worker.results_fd, worker.prints_fd, worker.pidfd):
             if fd in self.worker_fds:
                 self._unwatch_worker(fd)
         code = worker.exit_code(KILL_AFTER)
         self.workers.remove(worker)
-        if worker in self.idle:
-            self.idle.remove(worker)
-        a: Attempt | None = worker.returned()
+        a: Attempt | None = worker.returned() if worker.task is not None else None
+        # the call under way dies with it; the tasks it had not begun are not its
+        self._unstarted(worker, worker.handed_back())
         worker.close()
         if a is not None:
             how = f"signal {signame(-code)}" if code < 0 else f"exit {code}"
@@ -653,7 +754,9 @@ class Pool:
         if self.halting is None or self.halted is not None or self.stopping:
             return
         text = last.decode("utf-8", "replace")
-        why = self.halting.end(a.status, alike_key(a.status, text, a.task.line)[1], text)
+        status = a.status
+        key = alike_key(status, text, a.task.line)[1] if status != "ok" else None
+        why = self.halting.end(status, key, text)
         if why is not None:
             self._halt(
                 f"halted: {why}; nothing more was claimed: the tasks not started stay to "

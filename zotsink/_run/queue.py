@@ -408,6 +408,12 @@ class TaskQueue(Generic[Task]):
         self._since_claim += 1
         return self._ready.popleft()
 
+    def give_back(self, claimed: Sequence[tuple[Task, int]]) -> None:
+        """Tasks taken by :meth:`next` and not started after all (their worker died before
+        it began them): first to start again, each with its attempt."""
+        self._ready.extendleft(reversed(claimed))
+        self._since_claim = max(self._since_claim - len(claimed), 0)
+
     def ran(self) -> None:
         """A task really ran (its process started, or its call returned)."""
         self._ran = True
