@@ -6,7 +6,8 @@ is :mod:`zotsink._run.states` (the one fold), and the recorded settings
 :mod:`zotsink._run.settings`. A :class:`Ledger` writes a run's rows (``start`` before a task
 runs, ``end`` after its records are in OUT, ``run`` for its settings) and, under the lock
 of each append, reads the rows other runs appended since it last looked, folds them into
-its tasks' states, and claims tasks by writing their start rows.
+its tasks' states, and claims tasks by writing their start rows. Many news are read
+before the lock, from a snapshot: under it, a claim reads only the rows appended since.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .._core.fileio import pread_chunks
 from .._core.header import existing_header
@@ -35,7 +36,7 @@ from .._ledgerfile import (
     rows_in,
     tasknum_of,
 )
-from ..errors import UsageError
+from ..errors import UsageError, ZotsinkError
 from .alive import PROC_START, proc_start
 from .control import Control
 from .queue import Picked, TaskQueue
@@ -43,6 +44,10 @@ from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
 
 __all__ = ["Claimable", "Ledger"]
+
+#: News of at least this many bytes are read before a claim takes the exclusive lock (see
+#: :meth:`Ledger.claim`); less is read under it, where one more open would cost more.
+LOOK_AHEAD: Final = 16 << 10
 
 
 def _columns_of(header: bytes | None) -> tuple[str, ...]:
@@ -207,16 +212,18 @@ class Ledger:
 
         Under one lock hold: the history of tasks the queue got since this run began is
         read (:attr:`TaskQueue.unlearned`), then the rows other runs appended since this run
-        last looked; the queue picks by those states (a task finished (``ok``) or running
-        in a live process, this host's pid table or else the scheduler, is dropped); the
-        picked ones get their next attempt number and a ``start`` row, written with
-        ``ends`` in one fsynced append. Two runs started together so never run the same
+        last looked (many news are folded just before, from a snapshot, so that the lock
+        is held for the few rows appended since); the queue picks by those states (a task
+        finished (``ok``) or running in a live process, this host's pid table or else the
+        scheduler, is dropped); the picked ones get their next attempt number and a
+        ``start`` row, written with ``ends`` in one fsynced append. Two runs started together so never run the same
         task, and attempt numbers are unique. Returns the tasks claimed (with their
         attempt) and those dropped. Raises like :meth:`append` (nothing claimed then).
 
         ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
         (``rerun``, ``max_attempts``).
         """
+        self._look_ahead()
         if isinstance(queue, deque):
             keys = self._keys
             late = {t.num: t.line for t in queue if t.num not in keys}
@@ -248,6 +255,20 @@ class Ledger:
             self.writer.last_at + self._claimed_bytes if self._claimed_bytes else self._news_end
         )
         return self._picked.claimed, self._picked.dropped
+
+    def _look_ahead(self) -> None:
+        """Fold the news other runs appended since the last look before the exclusive lock
+        is taken, from a snapshot (:meth:`look`): every run reads every row the others
+        write, and read under the lock that work would add up, run after run, to a lock
+        held for the runs' number times the ledger's rows. The claim then reads under the
+        lock only the rows appended since. Best effort: what fails here is read (and
+        raised) under the lock."""
+        try:
+            if os.stat(self.path).st_size - self._seen < LOOK_AHEAD:
+                return
+            self.look()
+        except (OSError, ZotsinkError):
+            return
 
     def gives_up(self, state: TaskState) -> bool:
         """Whether ``state`` is given up under this run's ``max_attempts`` (see :meth:`begin`)."""
