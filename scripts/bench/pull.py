@@ -42,6 +42,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -493,6 +494,8 @@ def main() -> None:
     print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"# {now()}, {os.uname().nodename}, {os.cpu_count()} CPUs, load {load()}")
     if args.gluster:
+        # a stop (timeout, Ctrl-C) still takes down what was brought up
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with cluster():
             base = GLUSTER_MOUNT / f"pullbench-{os.getpid()}"
             base.mkdir()
@@ -545,13 +548,13 @@ def bench(
             f"\n## claims: {args.claimers} claimers, one task per claim, {args.claims} claims each"
         )
         print(
-            "prefill  claims  claims/s  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  locked  "
+            "tree  prefill  claims  claims/s  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  locked  "
             "load before/after"
         )
-        for _label, root in roots:
+        for label, root in roots:
             c = claimers(work, args.claimers, args.claims, 1000, root)
             print(
-                f"{c['prefill']:7,d} {c['claims']:7,d} {c['claims_s']:9.1f} "
+                f"{label or 'this':4s} {c['prefill']:8,d} {c['claims']:7,d} {c['claims_s']:9.1f} "
                 f"{c['hold_p50_ms']:12.2f} {c['hold_p99_ms']:7.2f} "
                 f"{c['cpu_p50_ms']:11.2f} {c['cpu_p99_ms']:7.2f} "
                 f"{100 * c['locked_share']:5.0f}%  {c['load_before']} / {c['load_after']}",
