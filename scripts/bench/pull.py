@@ -365,6 +365,7 @@ def sizes(work: Path, runs: int, fresh: int, totals: Sequence[int], root: Path) 
     """Pull runs over the last ``fresh`` tasks of lists of each total, the ledger holding
     the rows of every task before them."""
     rows = []
+    fresh = min([fresh, *totals])  # the same number of tasks left to run in each
     for total in totals:
         d = Path(tempfile.mkdtemp(prefix=f"size-{total}-", dir=work))
         write_tasks(d / "tasks.txt", total)
@@ -562,8 +563,8 @@ def bench(
             )
     if "sizes" in parts:
         print(
-            f"\n## sizes: {args.size_runs} pull runs over the last {args.fresh:,} tasks, the "
-            "ledger holding every task before them"
+            f"\n## sizes: {args.size_runs} pull runs over the last "
+            f"{min([args.fresh, *totals]):,} tasks, the ledger holding every task before them"
         )
         print(
             "tasks      ledger rows   MB  claims  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  "

@@ -137,3 +137,40 @@ def test_a_task_the_run_did_not_know_when_it_began_is_claimed_by_its_whole_histo
     assert [t.num for t in dropped] == [3]  # ok in the other run
     rows = [(r.event, r.tasknum, r.attempt) for r in read_ledger(path) if r.pid == str(os.getpid())]
     assert rows[-2:] == [("start", 2, "3"), ("start", 4, "1")]
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_news_read_before_the_lock_count_as_news_read_under_it(tmp_path: Path, late: bool) -> None:
+    """Many news are folded before the exclusive lock (a snapshot), the rest under it: the
+    claim picks by every row either way, once each (attempt numbers count every start),
+    also for tasks the run got after it began (``late``), whose rows the look passed by."""
+    from collections import deque
+
+    from zotsink._run.ledger import LOOK_AHEAD
+    from zotsink._run.states import read_states
+    from zotsink._run.tasks import Task
+
+    path = tmp_path / "l"
+    n = 400
+    keys = {i: f"task {i}" for i in range(1, n + 1)}
+    known = {1: keys[1]} if late else keys
+    states, seen = read_states(path, known)
+    book = Ledger(path, env={})
+    book.begin(known, states, seen, rerun=False)
+    other = Ledger(path, env={})
+    rows = []
+    for i in range(1, n + 1):  # odd tasks ok elsewhere; even ones failed there, twice
+        rows.append(other.start_row(i, keys[i], 1))
+        rows.append(other.end_row(i, keys[i], 1, status="ok" if i % 2 else "failed"))
+        if i % 2 == 0:
+            rows += [other.start_row(i, keys[i], 2), other.end_row(i, keys[i], 2, status="failed")]
+    other.append(rows)
+    assert path.stat().st_size - seen >= LOOK_AHEAD  # read before the lock
+    tail = [other.start_row(2, keys[2], 3), other.end_row(2, keys[2], 3, status="failed")]
+    other.append(tail)  # the few rows under the lock
+    other.close()
+    picked, dropped = book.claim(deque(Task(i, keys[i]) for i in range(1, n + 1)), n, [])
+    book.close()
+    assert [(t.num, a) for t, a in picked] == [(2, 4)] + [(i, 3) for i in range(4, n + 1, 2)]
+    assert [t.num for t in dropped] == list(range(1, n + 1, 2))
+    assert book.states[2].failures == 3 and book.states[4].failures == 2
