@@ -96,9 +96,58 @@ def _dump(path: str, holds: list[Hold]) -> None:
         f.writelines(f"{a:.6f} {b:.7f} {c} {d} {e} {g:.7f}\n" for a, b, c, d, e, g in holds)
 
 
+def _defer_watched() -> None:
+    """A second design, tried here before zotsink: under the lock, the rows of tasks the
+    queue watches (running in other runs; judged again only once the run's own candidates
+    are gone) are set aside undecoded and folded after the append, outside the lock. Only
+    the rows of tasks the pick may look at are decoded under it."""
+    from zotsink._ledgerfile import tasknum_of
+    from zotsink._run.ledger import Ledger
+
+    fold, hook, claim = Ledger._fold, Ledger._claim_tasks, Ledger.claim
+
+    def _fold(self: Any, rows: Any, *, news: bool, at: int = 0) -> None:
+        watched = getattr(self, "_watched", None)
+        if watched is None or not news:
+            return fold(self, rows, news=news, at=at)
+        pos = at
+        for line in rows:
+            here, pos = pos, pos + len(line) + 1
+            if line and tasknum_of(line) in watched:
+                self._aside.append(line)
+            else:
+                fold(self, [line], news=True, at=here)
+        return None
+
+    def _claim_tasks(self: Any, fd: int, st: os.stat_result, data: bytes) -> bytes:
+        want = self._want
+        self._watched = getattr(want[0], "watched", None) if want is not None else None
+        try:
+            return hook(self, fd, st, data)
+        finally:
+            self._watched = None
+
+    def _claim(self: Any, queue: Any, want: int, ends: Any) -> Any:
+        self._aside = []
+        try:
+            got = claim(self, queue, want, ends)
+        except BaseException:
+            self._aside = []  # not claimed: the news are read again next time
+            raise
+        aside, self._aside = self._aside, []
+        fold(self, aside, news=True)
+        return got
+
+    Ledger._fold = _fold  # type: ignore[method-assign]
+    Ledger._claim_tasks = _claim_tasks  # type: ignore[method-assign]
+    Ledger.claim = _claim  # type: ignore[method-assign]
+
+
 def child_run(holds_path: str, argv: list[str]) -> None:
     """``zotsink ARGV`` in this process, its ledger holds written to ``holds_path``."""
     holds: list[Hold] = []
+    if os.environ.get("ZOTSINK_BENCH_DESIGN") == "defer":
+        _defer_watched()
     _record_holds(holds)
     from zotsink.cli import main
 
@@ -202,6 +251,7 @@ def pull_runs(
     root: Path,
     prefixes: Sequence[list[str]] = ([],),
     jobs: int = 1,
+    design: str = "",
 ) -> dict[str, Any]:
     """R pull runs started together on a fresh OUT (in ``work``); their figures."""
     d = Path(tempfile.mkdtemp(prefix=f"{way}-", dir=work))
@@ -210,6 +260,8 @@ def pull_runs(
     argv = ["run", "tasks.txt", "out.txt", "--pull", "--jobs", str(jobs)]
     argv += ["--call", "triv.py:task"] if way == "call" else ["--", "echo"]
     env = child_env(root)
+    if design:
+        env["ZOTSINK_BENCH_DESIGN"] = design
     procs = []
     load_before = load()
     t0 = time.perf_counter()
@@ -483,6 +535,11 @@ def main() -> None:
     ap.add_argument("--only", help="parts to run: runs,claims,sizes [all]")
     ap.add_argument("--root", help="another source tree to run turn about with this one")
     ap.add_argument("--gluster", action="store_true", help="runs over the cluster's nodes")
+    ap.add_argument(
+        "--design",
+        choices=["defer"],
+        help="also run this tree with a second design patched into its runs (see _defer_watched)",
+    )
     ap.add_argument("--quick", action="store_true", help="8 runs/claimers, 5,000 tasks")
     ap.add_argument("--dir", help="where to work (default: a temporary directory)")
     args = ap.parse_args()
@@ -522,6 +579,8 @@ def bench(
 ) -> None:
     print(f"# in {work}")
     roots = [("", ROOT)] + ([("@", Path(args.root).resolve())] if args.root else [])
+    if args.design:
+        roots.append(("+" + args.design, ROOT))  # this tree, the design patched in
     if "runs" in parts:
         for n in {args.tasks, args.command_tasks}:
             write_tasks(work / f"tasks-{n}.txt", n)
@@ -534,15 +593,16 @@ def bench(
                 order.reverse()
             for way, label, root in order:
                 n = args.tasks if way == "call" else args.command_tasks
-                res = pull_runs(work, args.runs, n, way, root, prefixes)
+                design = label[1:] if label.startswith("+") else ""
+                res = pull_runs(work, args.runs, n, way, root, prefixes, design=design)
                 results.setdefault((way, label), []).append(res)
                 print_runs([res], label)
-        if args.root:
+        for label, _root in roots[1:]:
             for way in ("call", "command"):
                 a = [x["wall"] for x in results[(way, "")]]
-                b = [x["wall"] for x in results[(way, "@")]]
+                b = [x["wall"] for x in results[(way, label)]]
                 ratios = [x / y for x, y in zip(a, b)]
-                print(f"{way}: wall this/root median {statistics.median(ratios):.2f}")
+                print(f"{way}: wall this/{label} median {statistics.median(ratios):.2f}")
         print(json.dumps({f"{w}{lab}": v for (w, lab), v in results.items()}))
     if "claims" in parts:
         print(
@@ -552,7 +612,7 @@ def bench(
             "tree  prefill  claims  claims/s  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  locked  "
             "load before/after"
         )
-        for label, root in roots:
+        for label, root in [r for r in roots if not r[0].startswith("+")]:
             c = claimers(work, args.claimers, args.claims, 1000, root)
             print(
                 f"{label or 'this':4s} {c['prefill']:8,d} {c['claims']:7,d} {c['claims_s']:9.1f} "
