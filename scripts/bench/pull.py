@@ -266,7 +266,10 @@ def pull_runs(
     load_before = load()
     t0 = time.perf_counter()
     for i in range(runs):
-        cmd = [*prefixes[i % len(prefixes)], sys.executable, str(Path(__file__).resolve())]
+        prefix = prefixes[i % len(prefixes)]
+        if prefix:  # entering a node's mount namespace moves to its root: come back
+            prefix = [*prefix[:-1], f"--wd={d}", prefix[-1]]
+        cmd = [*prefix, sys.executable, str(Path(__file__).resolve())]
         cmd += ["--child-run", str(d / f"holds.{i}"), "--", *argv]
         log = open(d / f"log.{i}", "wb")  # noqa: SIM115
         procs.append(subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=log))
