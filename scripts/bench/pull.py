@@ -267,8 +267,8 @@ def pull_runs(
     t0 = time.perf_counter()
     for i in range(runs):
         prefix = prefixes[i % len(prefixes)]
-        if prefix:  # entering a node's mount namespace moves to its root: come back
-            prefix = [*prefix[:-1], f"--wd={d}", prefix[-1]]
+        if prefix:  # entering a node's mount namespace moves to its root: the same path, its client
+            prefix = [*prefix[:-1], f"--wdns={d}", prefix[-1]]
         cmd = [*prefix, sys.executable, str(Path(__file__).resolve())]
         cmd += ["--child-run", str(d / f"holds.{i}"), "--", *argv]
         log = open(d / f"log.{i}", "wb")  # noqa: SIM115
