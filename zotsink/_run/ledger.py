@@ -216,9 +216,10 @@ class Ledger:
         is held for the few rows appended since); the queue picks by those states (a task
         finished (``ok``) or running in a live process, this host's pid table or else the
         scheduler, is dropped); the picked ones get their next attempt number and a
-        ``start`` row, written with ``ends`` in one fsynced append. Two runs started together so never run the same
-        task, and attempt numbers are unique. Returns the tasks claimed (with their
-        attempt) and those dropped. Raises like :meth:`append` (nothing claimed then).
+        ``start`` row, written with ``ends`` in one fsynced append. Two runs started
+        together so never run the same task, and attempt numbers are unique. Returns the
+        tasks claimed (with their attempt) and those dropped. Raises like :meth:`append`
+        (nothing claimed then).
 
         ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
         (``rerun``, ``max_attempts``).
