@@ -307,13 +307,17 @@ class Ledger:
         self._claimed_bytes = len(rows)
         return rows
 
-    def _read_news(self, fd: int, size: int) -> None:
-        """Fold the rows appended since the last look into the states of this run's tasks."""
-        if size <= self._seen:
-            return
+    def _read_news(self, fd: int, size: int) -> int:
+        """Fold the rows appended since the last look into the states of this run's tasks;
+        where the whole rows read end (before ``size`` when the read ended short)."""
+        end = self._seen
+        if size <= end:
+            return end
         chunks = pread_chunks(fd, size, 1 << 20, start=self._seen)
         for _n, at, block in row_blocks(chunks, start=self._seen):
             self._fold(rows_in(block), news=True, at=at)
+            end = at + len(block)
+        return end
 
     def look(self) -> Mapping[int, TaskState]:
         """Fold the rows other runs appended since this run last looked, read from a
@@ -323,9 +327,10 @@ class Ledger:
             return self._states  # no run wrote a row yet
         fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
         try:
-            if size > self._seen:
-                self._read_news(fd, size)
-                self._seen = size
+            # Only as far as whole rows were read: a network client may know the server's
+            # size and still read up to the end it cached (GlusterFS), and rows passed by
+            # unread would never be news again (a start row missed: a task claimed twice).
+            self._seen = self._read_news(fd, size)
         finally:
             os.close(fd)
         return self._states
