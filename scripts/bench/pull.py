@@ -290,6 +290,15 @@ def pull_runs(
     wall = max(ends) - t0
     load_after = load()
     records, distinct = counted(d / "out.txt", tasks)
+    # what the ledger commits (each task once), beside OUT's raw lines (an attempt's
+    # records stay in OUT uncommitted when its end row says otherwise)
+    cat = subprocess.run(
+        [sys.executable, "-m", "zotsink", "cat", "out.txt"],
+        cwd=d,
+        env=env,
+        capture_output=True,
+        check=True,
+    ).stdout.splitlines()
     holds = read_holds([d / f"holds.{i}" for i in range(runs)])
     claims = [h for h in holds if h[2] and h[3]]
     ledger_mb = (d / "out.txt.ledger").stat().st_size / 1e6
@@ -315,6 +324,8 @@ def pull_runs(
         "rss_p50": statistics.median(rss),
         "records": records,
         "distinct": distinct,
+        "committed": len(cat),
+        "committed_distinct": len(set(cat)),
         "ledger_mb": ledger_mb,
         "load_before": load_before,
         "load_after": load_after,
@@ -334,7 +345,13 @@ def print_head() -> None:
 
 def print_runs(rows: list[dict[str, Any]], label: str = "") -> None:
     for r in rows:
-        ok = "" if r["records"] == r["distinct"] == r["tasks"] else "  COUNT WRONG"
+        ok = (
+            ""
+            if r["records"] == r["distinct"] == r["tasks"]
+            else "  OUT LINES " + str(r["records"])
+        )
+        if not r["committed"] == r["committed_distinct"] == r["tasks"]:
+            ok += f"  COMMITTED {r['committed']} ({r['committed_distinct']} distinct)"
         print(
             f"{r['way'] + label:7s} {r['runs']:4d} {r['tasks']:8,d} {r['wall']:7.1f} "
             f"{r['tasks_s']:8,.0f} {r['cpu_per_task_ms']:11.2f} {r['claims']:7,d} "
