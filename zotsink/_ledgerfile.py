@@ -223,7 +223,11 @@ def parse_row(line: bytes, later: Sequence[int] = (16, 17, 18, 19)) -> LedgerRow
     """A whole row decoded; None when it is no task row (torn: fewer fields than the
     columns; or its task number is not a number). ``later``: where LATER_COLUMNS are in
     this ledger's rows (-1: not there)."""
-    row = decode_row(line.decode("utf-8", "surrogateescape"), "tsv")
+    text = line.decode("utf-8", "surrogateescape")
+    # A row holds an escape only where a key has a tab, a newline or a backslash: every
+    # other row is its fields as they stand, and a run folds every row other runs append
+    # (under the lock, once per row per run), so the common case skips the per-field pass.
+    row = decode_row(text, "tsv") if "\\" in text else text.split("\t")
     if len(row) < len(LEDGER_COLUMNS) or not row[2].isdigit():
         return None
     rest = [row[i] if 0 <= i < len(row) else "" for i in later]

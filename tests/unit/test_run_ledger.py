@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,75 @@ def test_an_ok_task_is_not_lost_because_this_client_caches_a_shorter_out(
     keys = {1: "a", 2: "b"}
     states = states_of(keys, read_ledger(tmp_path / "out.txt.ledger"), out=out)
     assert {n: s.state for n, s in states.items()} == {1: "ok", 2: "ok"}
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_news_read_before_the_lock_count_as_news_read_under_it(tmp_path: Path, late: bool) -> None:
+    """Many news are folded before the exclusive lock (a snapshot), the rest under it: the
+    claim picks by every row either way, once each (attempt numbers count every start),
+    also for tasks the run got after it began (``late``), whose rows the look passed by."""
+    from collections import deque
+
+    from zotsink._run.ledger import LOOK_AHEAD
+    from zotsink._run.states import read_states
+    from zotsink._run.tasks import Task
+
+    path = tmp_path / "l"
+    n = 400
+    keys = {i: f"task {i}" for i in range(1, n + 1)}
+    known = {1: keys[1]} if late else keys
+    states, seen = read_states(path, known)
+    book = Ledger(path, env={})
+    book.begin(known, states, seen, rerun=False)
+    other = Ledger(path, env={})
+    rows = []
+    for i in range(1, n + 1):  # odd tasks ok elsewhere; even ones failed there, twice
+        rows.append(other.start_row(i, keys[i], 1))
+        rows.append(other.end_row(i, keys[i], 1, status="ok" if i % 2 else "failed"))
+        if i % 2 == 0:
+            rows += [other.start_row(i, keys[i], 2), other.end_row(i, keys[i], 2, status="failed")]
+    other.append(rows)
+    assert path.stat().st_size - seen >= LOOK_AHEAD  # read before the lock
+    tail = [other.start_row(2, keys[2], 3), other.end_row(2, keys[2], 3, status="failed")]
+    other.append(tail)  # the few rows under the lock
+    other.close()
+    picked, dropped = book.claim(deque(Task(i, keys[i]) for i in range(1, n + 1)), n, [])
+    book.close()
+    assert [(t.num, a) for t, a in picked] == [(2, 4)] + [(i, 3) for i in range(4, n + 1, 2)]
+    assert [t.num for t in dropped] == list(range(1, n + 1, 2))
+    assert book.states[2].failures == 3 and book.states[4].failures == 2
+
+
+def test_a_look_that_reads_short_reads_the_rest_at_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network client may read less than the size it reports (a GlusterFS client reads up
+    to the end it cached): the rows a look did not read whole are news at the next look."""
+    from collections import deque
+
+    import zotsink._run.ledger as ledger_module
+    from zotsink._run.states import read_states
+    from zotsink._run.tasks import Task
+
+    path = tmp_path / "l"
+    keys = {1: "one", 2: "two", 3: "three"}
+    states, seen = read_states(path, keys)
+    book = Ledger(path, env={})
+    book.begin(keys, states, seen, rerun=False)
+    other = Ledger(path, env={})
+    other.append([other.start_row(i, keys[i], 1) for i in keys])
+    other.close()
+    cut = path.stat().st_size - 5  # the last row is read only in part
+
+    def short(fd: int, size: int, chunk: int = 1 << 20, start: int = 0) -> Any:
+        data = os.pread(fd, max(cut - start, 0), start)
+        return iter([data] if data else [])
+
+    monkeypatch.setattr(ledger_module, "pread_chunks", short)
+    first = {n: s.state for n, s in book.look().items()}
+    assert first[1] == first[2] == "running" and first.get(3, "never") == "never"
+    monkeypatch.undo()
+    assert {n: s.state for n, s in book.look().items()} == {i: "running" for i in keys}
+    picked, dropped = book.claim(deque(Task(i, keys[i]) for i in keys), 3, [])
+    book.close()
+    assert (picked, [t.num for t in dropped]) == ([], [1, 2, 3])  # running elsewhere

@@ -6,7 +6,8 @@ is :mod:`zotsink._run.states` (the one fold), and the recorded settings
 :mod:`zotsink._run.settings`. A :class:`Ledger` writes a run's rows (``start`` before a task
 runs, ``end`` after its records are in OUT, ``run`` for its settings) and, under the lock
 of each append, reads the rows other runs appended since it last looked, folds them into
-its tasks' states, and claims tasks by writing their start rows.
+its tasks' states, and claims tasks by writing their start rows. Many news are read
+before the lock, from a snapshot: under it, a claim reads only the rows appended since.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from .._core.backoff import HEADER_SETTLE, tries
 from .._core.fileio import fresh_stat, pread_chunks
@@ -36,7 +37,7 @@ from .._ledgerfile import (
     rows_in,
     tasknum_of,
 )
-from ..errors import UsageError, WriteError
+from ..errors import UsageError, WriteError, ZotsinkError
 from .alive import PROC_START, proc_start
 from .control import Control
 from .queue import Picked, TaskQueue
@@ -44,6 +45,10 @@ from .settings import check_news_settings, settings_note
 from .states import TaskState, fold, given_up, start_alive
 
 __all__ = ["Claimable", "Ledger"]
+
+#: News of at least this many bytes are read before a claim takes the exclusive lock (see
+#: :meth:`Ledger.claim`); less is read under it, where one more open would cost more.
+LOOK_AHEAD: Final = 16 << 10
 
 
 def _columns_of(header: bytes | None) -> tuple[str, ...]:
@@ -216,16 +221,19 @@ class Ledger:
 
         Under one lock hold: the history of tasks the queue got since this run began is
         read (:attr:`TaskQueue.unlearned`), then the rows other runs appended since this run
-        last looked; the queue picks by those states (a task finished (``ok``) or running
-        in a live process, this host's pid table or else the scheduler, is dropped); the
-        picked ones get their next attempt number and a ``start`` row, written with
-        ``ends`` in one fsynced append. Two runs started together so never run the same
-        task, and attempt numbers are unique. Returns the tasks claimed (with their
-        attempt) and those dropped. Raises like :meth:`append` (nothing claimed then).
+        last looked (many news are folded just before, from a snapshot, so that the lock
+        is held for the few rows appended since); the queue picks by those states (a task
+        finished (``ok``) or running in a live process, this host's pid table or else the
+        scheduler, is dropped); the picked ones get their next attempt number and a
+        ``start`` row, written with ``ends`` in one fsynced append. Two runs started
+        together so never run the same task, and attempt numbers are unique. Returns the
+        tasks claimed (with their attempt) and those dropped. Raises like :meth:`append`
+        (nothing claimed then).
 
         ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
         (``rerun``, ``max_attempts``).
         """
+        self._look_ahead()
         if isinstance(queue, deque):
             keys = self._keys
             late = {t.num: t.line for t in queue if t.num not in keys}
@@ -257,6 +265,20 @@ class Ledger:
             self.writer.last_at + self._claimed_bytes if self._claimed_bytes else self._news_end
         )
         return self._picked.claimed, self._picked.dropped
+
+    def _look_ahead(self) -> None:
+        """Fold the news other runs appended since the last look before the exclusive lock
+        is taken, from a snapshot (:meth:`look`): every run reads every row the others
+        write, and read under the lock that work would add up, run after run, to a lock
+        held for the runs' number times the ledger's rows. The claim then reads under the
+        lock only the rows appended since. Best effort: what fails here is read (and
+        raised) under the lock."""
+        try:
+            if os.stat(self.path).st_size - self._seen < LOOK_AHEAD:
+                return
+            self.look()
+        except (OSError, ZotsinkError):
+            return
 
     def gives_up(self, state: TaskState) -> bool:
         """Whether ``state`` is given up under this run's ``max_attempts`` (see :meth:`begin`)."""
@@ -306,6 +328,8 @@ class Ledger:
         bytes in them) is read again after pauses (:data:`HEADER_SETTLE`); a client that
         still cannot read it raises :class:`WriteError`, and nothing is claimed."""
         end = self._seen
+        if size <= end:
+            return end
         for last in tries(HEADER_SETTLE):
             read = [end]  # where the reads got to
             unsure = False
@@ -342,8 +366,10 @@ class Ledger:
             return self._states  # no run wrote a row yet
         fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
         try:
-            if size > self._seen:
-                self._seen = self._read_news(fd, size)
+            # Only as far as whole rows were read: a network client may know the server's
+            # size and still read up to the end it cached (GlusterFS), and rows passed by
+            # unread would never be news again (a start row missed: a task claimed twice).
+            self._seen = self._read_news(fd, size)
         finally:
             os.close(fd)
         return self._states

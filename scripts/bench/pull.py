@@ -1,0 +1,674 @@
+#!/usr/bin/env python3
+"""``zotsink run --pull`` at scale: many pull runs sharing one task list, OUT and ledger.
+
+    .venv/bin/python scripts/bench/pull.py                  # 64 runs, 100,000 tasks, local
+    .venv/bin/python scripts/bench/pull.py --quick          # 8 runs, 5,000 tasks
+    .venv/bin/python scripts/bench/pull.py --only sizes     # the claim at 1,000 / 1,000,000
+    .venv/bin/python scripts/bench/pull.py --gluster --tasks 20000   # root: the test cluster
+
+Three parts, each printed as a table with the command, the date and the load:
+
+  runs    R pull runs started together (``zotsink run TASKS OUT --pull --call triv.py:task``,
+          a function that returns its line; and ``-- echo``, a command per task, on fewer
+          tasks): the wall time from the first start to the last exit, tasks/s, the ledger
+          appends that claimed tasks (claims) per second, all runs together, the lock hold
+          of a claim (p50, p99), and the peak RSS of each run (``wait4``: the run or the
+          worker it reaped, whichever was larger). Every task is counted back in OUT, once.
+  claims  C claimer processes calling the ledger's claim (``Ledger.claim``, the function a
+          pull run's pool calls) one task at a time, as fast as the lock lets them, each
+          claim also writing the end row of the task claimed before: the locked claims per
+          second the ledger sustains, and the hold of each.
+  sizes   the claim's lock hold of a few pull runs over the last tasks of a list of 1,000
+          tasks and of 1,000,000 tasks, the ledger already holding the rows of every other
+          task (done by earlier runs): the hold must not grow with the ledger.
+
+How the lock hold is measured: each run (or claimer) is started through this script, which
+wraps ``Writer._write_locked`` (the part of an append that runs under the lock: the fresh
+size, the ledger's claim hook, the write, the fsync) with two ``perf_counter`` calls for
+the ledger's writer, and writes the holds to a file of the run's own when it exits. zotsink
+itself is run unchanged (``zotsink.cli.main``); the wrap costs two clock reads per append.
+
+With ``--root OTHER`` the runs part also runs OTHER's zotsink (a checkout before a change),
+turn about with this tree's, and prints the ratios. With ``--gluster`` (root) the runs are
+spread over the three nodes of the test cluster (scripts/cluster/slurm.sh's namespaces, each
+node its own GlusterFS client), on the GlusterFS volume; the script brings up what is down
+and takes it down again. Prints numbers, never asserts one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "scripts" / "cluster"
+NODE_RUN = Path(os.environ.get("ZOTSINK_SLURM_STATE", "/var/tmp/zotsink-cluster/slurm")) / "run"
+GLUSTER_MOUNT = Path("/mnt/zotsink-g1")
+TRIVIAL = "def task(line):\n    return line\n"
+#: One append of a ledger under its lock: when it began (perf_counter), seconds held,
+#: whether it claimed, tasks claimed, bytes of news it read, CPU seconds of the holder.
+Hold = tuple[float, float, int, int, int, float]
+
+# -- the child side: a run or a claimer, its ledger's lock holds recorded ------------------
+
+
+def _record_holds(holds: list[Hold]) -> None:
+    """Wrap the writer's locked part for ledger writers: (start, seconds held, whether it
+    claimed, tasks claimed, bytes of news read) per append."""
+    from zotsink._core import writer
+    from zotsink._run.ledger import Ledger
+
+    inner = writer.Writer._write_locked
+    clock, cpu = time.perf_counter, time.thread_time
+
+    def timed(self: Any, fd: int, st: os.stat_result, data: Any) -> int:
+        ledger = getattr(self._prepare, "__self__", None)
+        if not isinstance(ledger, Ledger):
+            return inner(self, fd, st, data)
+        claiming = ledger._want is not None
+        news = st.st_size - ledger._seen
+        t0, c0 = clock(), cpu()
+        try:
+            return inner(self, fd, st, data)
+        finally:
+            held, used = clock() - t0, cpu() - c0
+            got = len(ledger._picked.claimed) if claiming else 0
+            holds.append((t0, held, int(claiming), got, news, used))
+
+    writer.Writer._write_locked = timed  # type: ignore[method-assign]
+
+
+def _dump(path: str, holds: list[Hold]) -> None:
+    with open(path, "w") as f:
+        f.writelines(f"{a:.6f} {b:.7f} {c} {d} {e} {g:.7f}\n" for a, b, c, d, e, g in holds)
+
+
+def _defer_watched() -> None:
+    """A second design, tried here before zotsink: under the lock, the rows of tasks the
+    queue watches (running in other runs; judged again only once the run's own candidates
+    are gone) are set aside undecoded and folded after the append, outside the lock. Only
+    the rows of tasks the pick may look at are decoded under it."""
+    from zotsink._ledgerfile import tasknum_of
+    from zotsink._run.ledger import Ledger
+
+    fold, hook, claim = Ledger._fold, Ledger._claim_tasks, Ledger.claim
+
+    def _fold(self: Any, rows: Any, *, news: bool, at: int = 0) -> None:
+        watched = getattr(self, "_watched", None)
+        if watched is None or not news:
+            return fold(self, rows, news=news, at=at)
+        pos = at
+        for line in rows:
+            here, pos = pos, pos + len(line) + 1
+            if line and tasknum_of(line) in watched:
+                self._aside.append(line)
+            else:
+                fold(self, [line], news=True, at=here)
+        return None
+
+    def _claim_tasks(self: Any, fd: int, st: os.stat_result, data: bytes) -> bytes:
+        want = self._want
+        self._watched = getattr(want[0], "watched", None) if want is not None else None
+        try:
+            return hook(self, fd, st, data)
+        finally:
+            self._watched = None
+
+    def _claim(self: Any, queue: Any, want: int, ends: Any) -> Any:
+        self._aside = []
+        try:
+            got = claim(self, queue, want, ends)
+        except BaseException:
+            self._aside = []  # not claimed: the news are read again next time
+            raise
+        aside, self._aside = self._aside, []
+        fold(self, aside, news=True)
+        return got
+
+    Ledger._fold = _fold  # type: ignore[method-assign]
+    Ledger._claim_tasks = _claim_tasks  # type: ignore[method-assign]
+    Ledger.claim = _claim  # type: ignore[method-assign]
+
+
+def child_run(holds_path: str, argv: list[str]) -> None:
+    """``zotsink ARGV`` in this process, its ledger holds written to ``holds_path``."""
+    holds: list[Hold] = []
+    if os.environ.get("ZOTSINK_BENCH_DESIGN") == "defer":
+        _defer_watched()
+    _record_holds(holds)
+    from zotsink.cli import main
+
+    try:
+        main(argv)
+    finally:
+        _dump(holds_path, holds)
+
+
+class _Task:
+    __slots__ = ("line", "num")
+
+    def __init__(self, num: int, line: str) -> None:
+        self.num, self.line = num, line
+
+
+def child_claim(holds_path: str, ledger_path: str, first: int, count: int, claims: int) -> None:
+    """Claim tasks first..first+count-1 one at a time, ``claims`` times (or until none is
+    left), each claim writing the previous task's end row: a claimer with no work between."""
+    holds: list[Hold] = []
+    _record_holds(holds)
+    from zotsink._run.ledger import Ledger
+    from zotsink._run.states import begin_scan
+
+    tasks = {n: f"t{n}" for n in range(first, first + count)}
+    begun = begin_scan(ledger_path, tasks)
+    ledger = Ledger(ledger_path)
+    ledger.begin(tasks, begun.states, begun.size, rerun=False)
+    todo: deque[_Task] = deque(_Task(n, line) for n, line in tasks.items())
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    sys.stdin.readline()  # every claimer starts at once
+    ends: list[bytes] = []
+    for _ in range(claims):
+        got, _dropped = ledger.claim(todo, 1, ends)
+        if not got:
+            break
+        task, attempt = got[0]
+        ends = [ledger.end_row(task.num, task.line, attempt, status="ok", exit=0)]
+    if ends:
+        ledger.append(ends)
+    ledger.close()
+    _dump(holds_path, holds)
+
+
+# -- the parent side -------------------------------------------------------------------
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def pct(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def write_tasks(path: Path, n: int) -> None:
+    with open(path, "w") as f:
+        for start in range(1, n + 1, 100_000):
+            f.writelines(f"t{i}\n" for i in range(start, min(n, start + 99_999) + 1))
+
+
+def read_holds(paths: Sequence[Path]) -> list[Hold]:
+    holds = []
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError), open(p) as f:
+            for ln in f:
+                a, b, c, d, e, g = ln.split()
+                holds.append((float(a), float(b), int(c), int(d), int(e), float(g)))
+    return holds
+
+
+def counted(out: Path, n: int) -> tuple[int, int]:
+    """(records, distinct tasks) in OUT: each of the n tasks once means (n, n)."""
+    seen: set[bytes] = set()
+    records = 0
+    with open(out, "rb") as f:
+        for ln in f:
+            records += 1
+            seen.add(ln)
+    return records, len(seen)
+
+
+def child_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZOTSINK_", "SLURM_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's runs cache byte code
+    env["PYTHONPATH"] = str(root)
+    return env
+
+
+def pull_runs(
+    work: Path,
+    runs: int,
+    tasks: int,
+    way: str,
+    root: Path,
+    prefixes: Sequence[list[str]] = ([],),
+    jobs: int = 1,
+    design: str = "",
+) -> dict[str, Any]:
+    """R pull runs started together on a fresh OUT (in ``work``); their figures."""
+    d = Path(tempfile.mkdtemp(prefix=f"{way}-", dir=work))
+    (d / "triv.py").write_text(TRIVIAL)
+    shutil.copy(work / f"tasks-{tasks}.txt", d / "tasks.txt")
+    argv = ["run", "tasks.txt", "out.txt", "--pull", "--jobs", str(jobs)]
+    argv += ["--call", "triv.py:task"] if way == "call" else ["--", "echo"]
+    env = child_env(root)
+    if design:
+        env["ZOTSINK_BENCH_DESIGN"] = design
+    procs = []
+    load_before = load()
+    t0 = time.perf_counter()
+    for i in range(runs):
+        prefix = prefixes[i % len(prefixes)]
+        if prefix:  # entering a node's mount namespace moves to its root: the same path, its client
+            prefix = [*prefix[:-1], f"--wdns={d}", prefix[-1]]
+        cmd = [*prefix, sys.executable, str(Path(__file__).resolve())]
+        cmd += ["--child-run", str(d / f"holds.{i}"), "--", *argv]
+        log = open(d / f"log.{i}", "wb")  # noqa: SIM115
+        procs.append(subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=log))
+        log.close()
+    rss, ends, cpu = [], [], 0.0
+    left = {p.pid: i for i, p in enumerate(procs)}
+    while left:
+        pid, status, ru = os.wait4(-1, 0)
+        if pid not in left:
+            continue
+        i = left.pop(pid)
+        ends.append(time.perf_counter())
+        rss.append(ru.ru_maxrss / 1024)
+        cpu += ru.ru_utime + ru.ru_stime
+        if os.waitstatus_to_exitcode(status):
+            tail = (d / f"log.{i}").read_text()[-2000:]
+            sys.exit(f"pull: a {way} run exited {status}; its log's end:\n{tail}")
+    wall = max(ends) - t0
+    load_after = load()
+    records, distinct = counted(d / "out.txt", tasks)
+    # what the ledger commits (each task once), beside OUT's raw lines (an attempt's
+    # records stay in OUT uncommitted when its end row says otherwise)
+    cat = subprocess.run(
+        [sys.executable, "-m", "zotsink", "cat", "out.txt"],
+        cwd=d,
+        env=env,
+        capture_output=True,
+        check=True,
+    ).stdout.splitlines()
+    holds = read_holds([d / f"holds.{i}" for i in range(runs)])
+    claims = [h for h in holds if h[2] and h[3]]
+    ledger_mb = (d / "out.txt.ledger").stat().st_size / 1e6
+    shutil.rmtree(d)
+    return {
+        "way": way,
+        "runs": runs,
+        "tasks": tasks,
+        "wall": wall,
+        "tasks_s": tasks / wall,
+        "cpu_per_task_ms": 1e3 * cpu / tasks,
+        "claims": len(claims),
+        "claims_s": len(claims) / wall,
+        "per_claim": statistics.mean(h[3] for h in claims) if claims else 0.0,
+        "hold_p50_ms": 1e3 * pct([h[1] for h in claims], 0.5),
+        "hold_p99_ms": 1e3 * pct([h[1] for h in claims], 0.99),
+        "cpu_p50_ms": 1e3 * pct([h[5] for h in claims], 0.5),
+        "cpu_p99_ms": 1e3 * pct([h[5] for h in claims], 0.99),
+        "news_kb_p50": pct([h[4] for h in claims], 0.5) / 1e3,
+        "locked_share": sum(h[1] for h in holds) / wall,
+        "appends": len(holds),
+        "rss_max": max(rss),
+        "rss_p50": statistics.median(rss),
+        "records": records,
+        "distinct": distinct,
+        "committed": len(cat),
+        "committed_distinct": len(set(cat)),
+        "ledger_mb": ledger_mb,
+        "load_before": load_before,
+        "load_after": load_after,
+    }
+
+
+def print_head() -> None:
+    head = (
+        f"{'way':7s} {'runs':>4s} {'tasks':>8s} {'wall s':>7s} {'tasks/s':>8s} "
+        f"{'CPU ms/task':>11s} {'claims':>7s} "
+        f"{'claims/s':>8s} {'tasks/claim':>11s} {'hold p50':>9s} {'p99 ms':>7s} "
+        f"{'CPU p50':>8s} {'p99 ms':>7s} "
+        f"{'news KB':>7s} {'locked':>6s} {'RSS p50':>8s} {'max MB':>6s}  load before/after"
+    )
+    print(head)
+
+
+def print_runs(rows: list[dict[str, Any]], label: str = "") -> None:
+    for r in rows:
+        ok = (
+            ""
+            if r["records"] == r["distinct"] == r["tasks"]
+            else "  OUT LINES " + str(r["records"])
+        )
+        if not r["committed"] == r["committed_distinct"] == r["tasks"]:
+            ok += f"  COMMITTED {r['committed']} ({r['committed_distinct']} distinct)"
+        print(
+            f"{r['way'] + label:7s} {r['runs']:4d} {r['tasks']:8,d} {r['wall']:7.1f} "
+            f"{r['tasks_s']:8,.0f} {r['cpu_per_task_ms']:11.2f} {r['claims']:7,d} "
+            f"{r['claims_s']:8.1f} "
+            f"{r['per_claim']:11.1f} {r['hold_p50_ms']:9.2f} {r['hold_p99_ms']:7.1f} "
+            f"{r['cpu_p50_ms']:8.2f} {r['cpu_p99_ms']:7.2f} "
+            f"{r['news_kb_p50']:7.1f} {100 * r['locked_share']:5.0f}% {r['rss_p50']:8.0f} "
+            f"{r['rss_max']:6.0f}  {r['load_before']} / {r['load_after']}{ok}",
+            flush=True,
+        )
+
+
+def claimers(work: Path, n: int, claims: int, prefill: int, root: Path) -> dict[str, Any]:
+    """n claimer processes (see child_claim) on a ledger already holding ``prefill`` tasks
+    done (two rows each); their figures."""
+    d = Path(tempfile.mkdtemp(prefix="claims-", dir=work))
+    ledger = d / "out.txt.ledger"
+    fill_ledger(ledger, prefill)
+    total = n * claims
+    env = child_env(root)
+    procs = []
+    for i in range(n):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-claim", str(d / f"h.{i}")]
+        cmd += [str(ledger), str(prefill + 1), str(total), str(claims)]
+        procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    for p in procs:
+        if p.stdout.readline().strip() != b"ready":  # type: ignore[union-attr]
+            sys.exit(f"pull: a claimer failed (exit {p.wait()})")
+    load_before = load()
+    t0 = time.perf_counter()
+    for p in procs:
+        p.stdin.write(b"go\n")  # type: ignore[union-attr]
+        p.stdin.flush()  # type: ignore[union-attr]
+    for p in procs:
+        p.stdin.close()  # type: ignore[union-attr]
+        if p.wait():
+            sys.exit(f"pull: a claimer exited {p.returncode}")
+    wall = time.perf_counter() - t0
+    holds = read_holds([d / f"h.{i}" for i in range(n)])
+    got = [h for h in holds if h[2] and h[3]]
+    starts = 0
+    with open(ledger, "rb") as f:
+        for ln in f:
+            starts += ln.startswith(b"start\t")
+    shutil.rmtree(d)
+    return {
+        "claimers": n,
+        "prefill": prefill,
+        "claims": len(got),
+        "claims_s": len(got) / wall,
+        "hold_p50_ms": 1e3 * pct([h[1] for h in got], 0.5),
+        "hold_p99_ms": 1e3 * pct([h[1] for h in got], 0.99),
+        "cpu_p50_ms": 1e3 * pct([h[5] for h in got], 0.5),
+        "cpu_p99_ms": 1e3 * pct([h[5] for h in got], 0.99),
+        "locked_share": sum(h[1] for h in holds) / wall,
+        "starts": starts - prefill,
+        "wall": wall,
+        "load_before": load_before,
+        "load_after": load(),
+    }
+
+
+def fill_ledger(path: Path, n: int) -> None:
+    """A ledger of n tasks done (a start and an ok end row each), as runs before wrote it."""
+    from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS
+
+    cols = (*LEDGER_COLUMNS, *LATER_COLUMNS)
+    blank = "\t" * (len(cols) - 9)
+    host = os.uname().nodename
+    with open(path, "w") as f:
+        f.write("\t".join(cols) + "\n")
+        for start in range(1, n + 1, 50_000):
+            block = []
+            for i in range(start, min(n, start + 49_999) + 1):
+                common = f"{i}\tt{i}\t1\t\t\t{host}\t{4_194_304 + i % 1000}"
+                block.append(f"start\t2026-11-26T10:00:00.000000Z\t{common}{blank}\n")
+                end = f"end\t2026-11-26T10:00:01.000000Z\t{common}\tok\t0"
+                block.append(end + "\t" * (len(cols) - 11) + "\n")
+            f.writelines(block)
+
+
+def sizes(work: Path, runs: int, fresh: int, totals: Sequence[int], root: Path) -> list[dict]:
+    """Pull runs over the last ``fresh`` tasks of lists of each total, the ledger holding
+    the rows of every task before them."""
+    rows = []
+    fresh = min([fresh, *totals])  # the same number of tasks left to run in each
+    for total in totals:
+        d = Path(tempfile.mkdtemp(prefix=f"size-{total}-", dir=work))
+        write_tasks(d / "tasks.txt", total)
+        fill_ledger(d / "out.txt.ledger", total - fresh)
+        (d / "triv.py").write_text(TRIVIAL)
+        env = child_env(root)
+        argv = ["run", "tasks.txt", "out.txt", "--pull", "--call", "triv.py:task"]
+        procs = []
+        t0 = time.perf_counter()
+        load_before = load()
+        for i in range(runs):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child-run"]
+            cmd += [str(d / f"holds.{i}"), "--", *argv]
+            log = open(d / f"log.{i}", "wb")  # noqa: SIM115
+            procs.append(subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=log))
+            log.close()
+        rss = []
+        for p in procs:
+            _pid, status, ru = os.wait4(p.pid, 0)
+            rss.append(ru.ru_maxrss / 1024)
+            if os.waitstatus_to_exitcode(status):
+                sys.exit(f"pull: a run exited {status}: {(d / 'log.0').read_text()[-2000:]}")
+        wall = time.perf_counter() - t0
+        holds = read_holds([d / f"holds.{i}" for i in range(runs)])
+        got = [h for h in holds if h[2] and h[3]]
+        records, distinct = counted(d / "out.txt", fresh)
+        rows.append(
+            {
+                "total": total,
+                "ledger_rows": 2 * (total - fresh),
+                "ledger_mb": (d / "out.txt.ledger").stat().st_size / 1e6,
+                "claims": len(got),
+                "hold_p50_ms": 1e3 * pct([h[1] for h in got], 0.5),
+                "hold_p99_ms": 1e3 * pct([h[1] for h in got], 0.99),
+                "cpu_p50_ms": 1e3 * pct([h[5] for h in got], 0.5),
+                "cpu_p99_ms": 1e3 * pct([h[5] for h in got], 0.99),
+                "news_kb_p50": pct([h[4] for h in got], 0.5) / 1e3,
+                "rss_max": max(rss),
+                "wall": wall,
+                "ok": records == distinct == fresh,
+                "load_before": load_before,
+                "load_after": load(),
+            }
+        )
+        shutil.rmtree(d)
+    return rows
+
+
+# -- the test cluster --------------------------------------------------------------------
+
+
+def sh(*argv: str) -> str:
+    res = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if res.returncode:
+        sys.exit(f"pull: {' '.join(argv[:3])} exited {res.returncode}: {res.stderr[-2000:]}")
+    return res.stdout
+
+
+def is_up(service: str) -> bool:
+    res = subprocess.run(
+        ["bash", str(CLUSTER / f"{service}.sh"), "status"], capture_output=True, check=False
+    )
+    return res.returncode == 0
+
+
+def node_prefixes() -> list[list[str]]:
+    """nsenter into each node of the test cluster: its network, hostname, mounts, pids."""
+    found = []
+    for ready in sorted((NODE_RUN / "nodes").glob("node*.ready")):
+        init = (ready.parent / f"{ready.stem}.init").read_text().strip()
+        found.append(["nsenter", f"--target={init}", "--net", "--uts", "--mount", "--pid", "--"])
+    if not found:
+        sys.exit("pull: no nodes of the test cluster are up")
+    return found
+
+
+@contextlib.contextmanager
+def cluster() -> Any:
+    """GlusterFS and the nodes up (what was down is taken down again at the end)."""
+    if os.geteuid() != 0:
+        sys.exit("pull: --gluster needs root (it brings up GlusterFS and the nodes)")
+    brought = [s for s in ("gluster", "slurm") if not is_up(s)]
+    try:
+        sh("bash", str(CLUSTER / "gluster.sh"), "up")
+        sh("bash", str(CLUSTER / "slurm.sh"), "up")
+        yield
+    finally:
+        for service in reversed(brought):
+            subprocess.run(["bash", str(CLUSTER / f"{service}.sh"), "down"], check=False)
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-run":
+        child_run(sys.argv[2], sys.argv[4:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-claim":
+        a = sys.argv[2:]
+        child_claim(a[0], a[1], int(a[2]), int(a[3]), int(a[4]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=64, help="pull runs started together [64]")
+    ap.add_argument("--tasks", type=int, default=100_000, help="tasks of --call runs [100000]")
+    ap.add_argument(
+        "--command-tasks", type=int, default=10_000, help="tasks of `-- echo` runs [10000]"
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of the runs part [1]")
+    ap.add_argument("--claimers", type=int, default=64, help="claimer processes [64]")
+    ap.add_argument("--claims", type=int, default=50, help="claims per claimer [50]")
+    ap.add_argument("--size-runs", type=int, default=4, help="pull runs of the sizes part [4]")
+    ap.add_argument("--fresh", type=int, default=4000, help="tasks left to run, sizes [4000]")
+    ap.add_argument("--totals", default="1000,1000000", help="list lengths, sizes part")
+    ap.add_argument("--only", help="parts to run: runs,claims,sizes [all]")
+    ap.add_argument("--root", help="another source tree to run turn about with this one")
+    ap.add_argument("--gluster", action="store_true", help="runs over the cluster's nodes")
+    ap.add_argument(
+        "--design",
+        choices=["defer"],
+        help="also run this tree with a second design patched into its runs (see _defer_watched)",
+    )
+    ap.add_argument("--quick", action="store_true", help="8 runs/claimers, 5,000 tasks")
+    ap.add_argument("--dir", help="where to work (default: a temporary directory)")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.tasks, args.command_tasks = 8, 5000, 1000
+        args.claimers, args.claims, args.fresh = 8, 20, 1000
+        args.totals = "1000,100000"
+    parts = set((args.only or "runs,claims,sizes").split(","))
+    totals = [int(x) for x in args.totals.split(",")]
+    print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"# {now()}, {os.uname().nodename}, {os.cpu_count()} CPUs, load {load()}")
+    if args.gluster:
+        # a stop (timeout, Ctrl-C) still takes down what was brought up
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        with cluster():
+            base = GLUSTER_MOUNT / f"pullbench-{os.getpid()}"
+            base.mkdir()
+            try:
+                print(f"# GlusterFS {GLUSTER_MOUNT}, runs spread over the nodes")
+                bench(args, base, node_prefixes(), parts - {"claims", "sizes"}, totals)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+        return
+    work = Path(tempfile.mkdtemp(prefix="zotsink-bench-pull-", dir=args.dir or "/var/tmp"))
+    try:
+        bench(args, work, [[]], parts, totals)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(
+    args: argparse.Namespace,
+    work: Path,
+    prefixes: list[list[str]],
+    parts: set[str],
+    totals: list[int],
+) -> None:
+    print(f"# in {work}")
+    roots = [("", ROOT)] + ([("@", Path(args.root).resolve())] if args.root else [])
+    if args.design:
+        roots.append(("+" + args.design, ROOT))  # this tree, the design patched in
+    if "runs" in parts:
+        for n in {args.tasks, args.command_tasks}:
+            write_tasks(work / f"tasks-{n}.txt", n)
+        print(f"\n## runs: {args.runs} pull runs started together, one TASKS/OUT/ledger")
+        results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        print_head()
+        for r in range(args.rounds):
+            order = [(w, lab, root) for w in ("call", "command") for lab, root in roots]
+            if r % 2:
+                order.reverse()
+            for way, label, root in order:
+                n = args.tasks if way == "call" else args.command_tasks
+                design = label[1:] if label.startswith("+") else ""
+                res = pull_runs(work, args.runs, n, way, root, prefixes, design=design)
+                results.setdefault((way, label), []).append(res)
+                print_runs([res], label)
+        for label, _root in roots[1:]:
+            for way in ("call", "command"):
+                a = [x["wall"] for x in results[(way, "")]]
+                b = [x["wall"] for x in results[(way, label)]]
+                ratios = [x / y for x, y in zip(a, b)]
+                print(f"{way}: wall this/{label} median {statistics.median(ratios):.2f}")
+        print(json.dumps({f"{w}{lab}": v for (w, lab), v in results.items()}))
+    if "claims" in parts:
+        print(
+            f"\n## claims: {args.claimers} claimers, one task per claim, {args.claims} claims each"
+        )
+        print(
+            "tree  prefill  claims  claims/s  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  locked  "
+            "load before/after"
+        )
+        for label, root in [r for r in roots if not r[0].startswith("+")]:
+            c = claimers(work, args.claimers, args.claims, 1000, root)
+            print(
+                f"{label or 'this':4s} {c['prefill']:8,d} {c['claims']:7,d} {c['claims_s']:9.1f} "
+                f"{c['hold_p50_ms']:12.2f} {c['hold_p99_ms']:7.2f} "
+                f"{c['cpu_p50_ms']:11.2f} {c['cpu_p99_ms']:7.2f} "
+                f"{100 * c['locked_share']:5.0f}%  {c['load_before']} / {c['load_after']}",
+                flush=True,
+            )
+    if "sizes" in parts:
+        print(
+            f"\n## sizes: {args.size_runs} pull runs over the last "
+            f"{min([args.fresh, *totals]):,} tasks, the ledger holding every task before them"
+        )
+        print(
+            "tasks      ledger rows   MB  claims  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  "
+            "news KB  RSS max MB  wall s"
+        )
+        got = sizes(work, args.size_runs, args.fresh, totals, ROOT)
+        for s in got:
+            print(
+                f"{s['total']:9,d} {s['ledger_rows']:12,d} {s['ledger_mb']:5.0f} "
+                f"{s['claims']:6d} {s['hold_p50_ms']:12.2f} {s['hold_p99_ms']:7.2f} "
+                f"{s['cpu_p50_ms']:11.2f} {s['cpu_p99_ms']:7.2f} {s['news_kb_p50']:8.1f} "
+                f"{s['rss_max']:10.0f} {s['wall']:7.1f}  load {s['load_before']} / "
+                f"{s['load_after']}{'' if s['ok'] else '  COUNT WRONG'}",
+                flush=True,
+            )
+        if len(got) >= 2:
+            a, b = got[0], got[-1]
+            print(
+                f"at {b['total']:,} / at {a['total']:,}: hold p50 "
+                f"{b['hold_p50_ms'] / a['hold_p50_ms']:.2f}, CPU under the lock p50 "
+                f"{b['cpu_p50_ms'] / a['cpu_p50_ms']:.2f}"
+            )
+    print(f"\n# load after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
