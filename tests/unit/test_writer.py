@@ -203,6 +203,7 @@ def test_a_descriptor_the_server_lost_before_the_write_is_opened_again(
 
         return call
 
+    monkeypatch.setattr(writer_module, "wants_fsync", lambda path: True)  # as on GlusterFS
     if where == "fstat":  # the fstat of the lock loop, right after the open
 
         class OsOfLocking:
@@ -400,3 +401,26 @@ def test_a_header_still_unseen_after_the_wait_is_refused(tmp_path: Path, monkeyp
     with Writer(out, header=b"a\tb\n") as w, pytest.raises(HeaderMismatch):
         w.append(b"3\t4\n", timeout=T)
     assert out.read_bytes() == b"a\tb\n1\t2\n"
+
+
+def test_a_local_disk_s_size_is_not_asked_of_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's size (an fsync, dropping the file's cached pages, a synced stat) is
+    asked only where a client may cache a stale one: a ledger on a local disk, fsynced at
+    every append, keeps its pages for the runs that read it next."""
+    asked: list[bool] = []
+    real = writer_module.fresh_stat
+    monkeypatch.setattr(
+        writer_module,
+        "fresh_stat",
+        lambda fd, coherent: asked.append(coherent) or real(fd, coherent),
+    )
+    monkeypatch.setattr(writer_module, "wants_fsync", lambda path: False)  # a local disk
+    with Writer(tmp_path / "l", sync="fsync") as w:
+        w.append(b"a\n", timeout=T)
+    monkeypatch.setattr(writer_module, "wants_fsync", lambda path: True)  # GlusterFS
+    with Writer(tmp_path / "l", sync="fsync") as w:
+        w.append(b"b\n", timeout=T)
+    assert asked == [True]
+    assert (tmp_path / "l").read_bytes() == b"a\nb\n"

@@ -142,6 +142,10 @@ class Writer:
             check_out(self.path)
         self.locker = Locker(lock, self.path)
         self.fsync = sync == "fsync" or (sync == "auto" and wants_fsync(self.path))
+        # Under the lock, the size the decisions below are taken on is asked of the server
+        # where a client may cache it (network and FUSE filesystems, when fsyncing); a
+        # local disk's fstat is the truth, and asking costs the file's cached pages.
+        self._coherent = self.fsync and wants_fsync(self.path)
         self._header = header
         self.side_file = side_file
         self.mode = mode
@@ -341,7 +345,7 @@ class Writer:
         self, fd: int, st: os.stat_result, data: bytes | memoryview | Iterator[bytes]
     ) -> int:
         size = st.st_size
-        if self.fsync:
+        if self._coherent:
             # A network or FUSE client (GlusterFS: for about a second) may report the size it
             # cached before another client appended, even under the lock. Decisions taken on
             # it (an empty OUT gets the header; a failed write is cut back to it) need the
