@@ -23,7 +23,7 @@ from .._core.records import Encoder, decode_row
 from .._core.snapshot import snapshot
 from .._core.stamp import stamp_values, utc_now
 from .._core.stop import Stopper
-from .._core.writer import Writer
+from .._core.writer import Writer, seen_to
 from .._ledgerfile import (
     LATER_COLUMNS,
     LEDGER_COLUMNS,
@@ -289,6 +289,10 @@ class Ledger:
         """Fold the rows appended since the last look into the states of this run's tasks."""
         if size <= self._seen:
             return
+        # A network client (GlusterFS) may answer reads from what it cached before another
+        # client appended while it reports the server's size: a short read would skip other
+        # runs' start rows for good, and their tasks would be claimed again.
+        seen_to(fd, size, self._seen)
         chunks = pread_chunks(fd, size, 1 << 20, start=self._seen)
         for _n, at, block in row_blocks(chunks, start=self._seen):
             self._fold(rows_in(block), news=True, at=at)
