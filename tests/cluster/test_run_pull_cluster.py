@@ -3,6 +3,9 @@ MooseFS: one element ends mid-run (cancelled by the scheduler, or killed with ev
 process of its job) while it holds claimed tasks, and the other elements finish every
 task, each task's records once in the table and one ``ok`` row per task in the ledger, no
 resubmission; a dead element's tasks are taken over only once the scheduler says it ended.
+The dropbox recipe (scripts/jobs/dropbox) on Slurm: producers on two nodes ``zotsink add``
+while the runner job follows the list; the cron check submits a runner only when tasks
+wait and none is queued or running; the runner idles out, or ends on ``zotsink close``.
 
 Every task holds a witness lock (an flock of a file on this host's local disk, which the
 nodes share) while it runs: a second holder of one task's witness at once is a task run
@@ -30,11 +33,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 JOBS = Path(__file__).resolve().parents[2] / "scripts" / "jobs"
 PULL_SBATCH = JOBS / "zotsink-pull.sbatch"
 PULL_SGE = JOBS / "zotsink-pull.sge"
+SUBMIT_RUNNER = JOBS / "dropbox" / "submit-runner.sh"
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
 # argv[1]: the task line. Holds the line's witness lock (a second holder: double/), notes
 # each start in ran/ (who ran it: host and array element), and unless released/ has the
-# line or "all" waits for that, noting in held/ that it holds the line; then prints the line.
+# line or "all" (not for a line hold...) waits for that, noting in held/ that it holds the
+# line; then prints the line.
 WITNESS = r"""
 import fcntl, os, socket, sys, time
 line, base = sys.argv[1], {base!r}
@@ -50,7 +55,9 @@ except OSError:
 with open(f"{{base}}/ran/{{me}}", "w") as f:
     f.write(who)
 def released():
-    return any(os.path.exists(f"{{base}}/released/{{n}}") for n in (line, "all"))
+    # a line named hold... waits for its own release only
+    names = (line,) if line.startswith("hold") else (line, "all")
+    return any(os.path.exists(f"{{base}}/released/{{n}}") for n in names)
 if not released():
     with open(f"{{base}}/held/{{me}}", "w") as f:
         f.write(who)
@@ -290,3 +297,183 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
         f"{fs}, {how}: 3 elements x 2 at once, 40 tasks; all done {took:.1f} s after"
         f" the cancel; {time.monotonic() - t0:.1f} s in all"
     )
+
+
+def test_dropbox_producers_on_two_nodes_a_follow_runner_and_the_cron_check(
+    gluster_dirs, slurm_cluster, tmp_path: Path, cluster_report
+) -> None:
+    t0 = time.monotonic()
+    job_dir = gluster_dirs.node1
+    tasks, results = job_dir / "tasks.txt", job_dir / "results.tsv"
+    witness = Witness(tmp_path / "w")
+    witness.release()  # every line runs at once, but hold... lines
+    env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("ZOTSINK_")}
+    env.update(job_settings(tmp_path, job_dir, witness))
+    env.update(NAME=f"zotsink-dropbox-{tmp_path.name[-12:]}", IDLE="4")
+    added: list[str] = []
+
+    def add(*lines: str) -> None:
+        got = subprocess.run([*ZOTSINK, "add", str(tasks), *lines], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        added.extend(lines)
+
+    def cron(**more: str) -> str:
+        """submit-runner.sh as cron runs it: what sbatch said, if it ran."""
+        got = subprocess.run(
+            ["bash", str(SUBMIT_RUNNER)], env={**env, **more}, cwd=job_dir,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stdout + got.stderr
+        return got.stdout
+
+    def runners() -> list[str]:
+        q = slurm_cluster.run("squeue", "-h", "-n", env["NAME"], "-o", "%i")
+        return q.stdout.split()
+
+    def produce(node: str, prefix: str) -> subprocess.Popen:
+        """A producer job on ``node``: ten lines, one ``zotsink add`` each."""
+        loop = (
+            f"for i in $(seq -w 1 10); do {shlex.join(ZOTSINK)} add {shlex.quote(str(tasks))}"
+            f" {prefix}$i || exit 1; done"
+        )
+        return subprocess.Popen(
+            ["sbatch", "--wait", f"--nodelist={node}", f"--output={tmp_path}/add-{prefix}.out",
+             f"--chdir={tmp_path}", "--wrap", loop],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    try:
+        # nothing waits (no list yet, then an empty one): no runner
+        tasks.touch()
+        assert cron() == "" and runners() == []
+        # the first task holds the runner busy while the producers add
+        add("hold1", "first")
+        assert "Submitted batch job" in cron()
+        assert cron() == ""  # a runner is queued or running: nothing more is submitted
+        assert len(runners()) == 1
+        wait_for(lambda: "hold1" in witness.held(), "the runner holding its first task")
+        producers = [produce("node2", "a"), produce("node3", "b")]
+        for p in producers:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, (
+                out + err + "".join(f.read_text() for f in tmp_path.glob("add-*.out"))
+            )
+        added.extend(f"{prefix}{i:02d}" for prefix in "ab" for i in range(1, 11))
+        # the runner is still live: tasks are running or waiting, so cron submits nothing
+        assert cron() == "" and len(runners()) == 1
+        witness.release("hold1")
+        # the runner takes everything added, then idles out
+        wait_for(lambda: not runners(), "the runner idled out", timeout=240, poll=0.5)
+        assert ok_counts(results.with_name("results.tsv.ledger")) == collections.Counter(
+            range(1, len(added) + 1)
+        )
+        assert cron() == ""  # nothing waits: no runner
+        # more lines later: cron submits a runner again, which ends on close
+        add(*(f"c{i:02d}" for i in range(1, 6)))
+        assert "Submitted batch job" in cron(IDLE="600")
+        assert cron(IDLE="600") == ""
+        wait_for(
+            lambda: len(ok_counts(results.with_name("results.tsv.ledger"))) == len(added),
+            "the second runner ran the new lines",
+        )
+        closed = subprocess.run([*ZOTSINK, "close", str(tasks), str(results)],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert closed.returncode == 0, closed.stderr
+        wait_for(lambda: not runners(), "the runner ended on close", timeout=240, poll=0.5)
+    finally:
+        witness.release("hold1")
+        for job in runners():
+            slurm_cluster.run("scancel", job, check=False)
+
+    # each producer's numbers: ten, all different, none of another's
+    numbers = [n for f in sorted(tmp_path.glob("add-*.out")) for n in f.read_text().split()]
+    assert len(numbers) == 20 and len(set(numbers)) == 20, numbers
+    lines = tasks.read_text().splitlines()
+    assert sorted(lines) == sorted(added) and len(lines) == 27
+    check_each_task_once(job_dir, lines, witness)
+    assert witness.ran() == collections.Counter(lines)
+    starts = [
+        r for r in ledger_rows(results.with_name("results.tsv.ledger")) if r["event"] == "start"
+    ]
+    assert len({r["job"] for r in starts}) == 2  # two runners, one after the other
+    cluster_report(f"27 lines from 3 places, 2 runners: {time.monotonic() - t0:.1f} s")
+
+
+def sge_job(out: str) -> str:
+    """The job number qsub printed."""
+    assert "has been submitted" in out, out
+    return out.split("job-array ")[1].split(".")[0] if "job-array" in out else out.split()[2]
+
+
+@pytest.mark.parametrize("how", ["qdel", "sigkill"])
+def test_sge_pull_array_one_task_ends_while_its_sibling_lives(
+    gluster_dirs, sge_cluster, tmp_path: Path, how: str, cluster_report
+) -> None:
+    """Array J's two tasks on node2 and a third run on node1: J's task 2 ends (qdel, or
+    every process of it SIGKILLed) while its sibling holds a task; the run on node1 runs
+    task 2's tasks once Grid Engine no longer lists that task, never its sibling's."""
+    t0 = time.monotonic()
+    job_dir = gluster_dirs.node1
+    witness = Witness(tmp_path / "w")
+    lines = [f"t{i:02d}" for i in range(1, 13)]
+    (job_dir / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZOTSINK_", "SLURM_"))}
+    env.update(job_settings(tmp_path, job_dir, witness), ZOTSINK_ARGS="--jobs 1")
+    ledger = job_dir / "results.tsv.ledger"
+
+    def qsub(*args: str) -> str:
+        got = sge_cluster.run("qsub", *args, str(PULL_SGE), env=env, cwd=tmp_path)
+        return sge_job(got.stdout + got.stderr)
+
+    array = qsub("-t", "1-2", "-q", "all.q@node2")
+    other = qsub("-t", "1-1", "-q", "all.q@node1")
+    try:
+        wait_for(lambda: len(witness.held()) == 3, "three runs holding a task each")
+        held = {who: line for line, who in witness.held().items()}
+        assert sorted(held) == ["node1 1", "node2 1", "node2 2"], held
+        gone_line, sibling_line = held["node2 2"], held["node2 1"]
+        gone_num = lines.index(gone_line) + 1
+        if how == "qdel":
+            got = sge_cluster.run("qdel", array, "-t", "2")
+            assert got.returncode == 0, got.stdout + got.stderr
+        else:
+            kill_all(JOB_ID=array, SGE_TASK_ID="2")
+        for line in lines:
+            if line != sibling_line:
+                witness.release(line)
+
+        def taken_over() -> bool:
+            return any(
+                r["event"] == "end" and r["status"] == "ok" and r["host"] == "node1"
+                for r in ledger_rows(ledger)
+                if int(r["tasknum"]) == gone_num
+            )
+
+        # with the sibling still running, task 2's is run on node1
+        wait_for(taken_over, f"node1 running {gone_line}, which task 2 held", timeout=240)
+        took = time.monotonic() - t0
+        listed = sge_cluster.run("qstat", "-g", "d", "-u", "*").stdout
+        assert any(
+            ln.split()[:1] == [array] and ln.split()[-1] == "1" for ln in listed.splitlines()
+        ), listed  # the sibling was alive all along
+        assert witness.ran()[sibling_line] == 1  # and kept its task
+        witness.release(sibling_line)
+
+        def all_gone() -> bool:
+            q = sge_cluster.run("qstat", "-u", "*").stdout.split()
+            return array not in q and other not in q
+
+        wait_for(all_gone, "the runs finished", timeout=240, poll=0.5)
+    finally:
+        witness.release()
+        sge_cluster.run("qdel", "-f", array, other)
+
+    rows = check_each_task_once(job_dir, lines, witness)
+    assert witness.ran() == collections.Counter({**dict.fromkeys(lines, 1), gone_line: 2})
+    gone_ends = [r for r in rows if r["event"] == "end" and r["array_task"] == "2"]
+    if how == "qdel":  # -notify's SIGUSR2 reached the run: it ended its task and said so
+        assert [(r["key"], r["status"]) for r in gone_ends] == [(gone_line, "interrupted")]
+    else:
+        assert gone_ends == []
+    cluster_report(f"{how}: task 2's task run on node1 after {took:.1f} s")
