@@ -6,6 +6,9 @@ resubmission; a dead element's tasks are taken over only once the scheduler says
 The dropbox recipe (scripts/jobs/dropbox) on Slurm: producers on two nodes ``zotsink add``
 while the runner job follows the list; the cron check submits a runner only when tasks
 wait and none is queued or running; the runner idles out, or ends on ``zotsink close``.
+Under Grid Engine: an array task that ended is dead while its sibling lives, and the job's
+end (start and ``h_rt``) is --deadline's default. A SIGSTOPped element (a frozen node) is
+never robbed while Slurm shows it.
 
 Every task holds a witness lock (an flock of a file on this host's local disk, which the
 nodes share) while it runs: a second holder of one task's witness at once is a task run
@@ -161,6 +164,27 @@ def kill_all(**env: str) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def stop_all(**env: str) -> list[int]:
+    """SIGSTOP every process whose environment holds ``env`` until all of them are
+    stopped (none started one since): a node that froze. Their pids."""
+    while True:
+        pids = processes_of(**env)
+        running = [pid for pid in pids if _state(pid) not in ("T", "")]
+        if not running:
+            return pids
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :].split()[0]
+
+
 def job_settings(tmp_path: Path, job_dir: Path, witness: Witness) -> dict[str, str]:
     """The pull template's settings: the witness per task, two at once, one line per row."""
     return {
@@ -198,16 +222,7 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
     witness = Witness(tmp_path / "w")
     lines = [f"t{i:02d}" for i in range(1, 41)]
     (job_dir / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
-    # every question the runs ask Slurm, and its answer
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    asked = tmp_path / "squeue.log"
-    asked.touch()
-    real = shutil.which("squeue", path=slurm_cluster.env.get("PATH"))
-    assert real, "squeue not found"
-    wrapper = bin_dir / "squeue"
-    wrapper.write_text(SQUEUE.format(python=sys.executable, real=real, log=str(asked)))
-    wrapper.chmod(0o755)
+    bin_dir, asked = squeue_wrapper(slurm_cluster, tmp_path)  # what the runs ask Slurm
     env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("ZOTSINK_")}
     env.update(job_settings(tmp_path, job_dir, witness))
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
@@ -477,3 +492,132 @@ def test_sge_pull_array_one_task_ends_while_its_sibling_lives(
     else:
         assert gone_ends == []
     cluster_report(f"{how}: task 2's task run on node1 after {took:.1f} s")
+
+
+def test_sge_job_end_is_the_tasks_start_and_h_rt(gluster_dirs, sge_cluster, tmp_path: Path):
+    """Under Grid Engine, --deadline's default is the task's start and its h_rt: a pull
+    run whose tasks would take longer than the job has left starts none and says so."""
+    job_dir = gluster_dirs.node1
+    witness = Witness(tmp_path / "w")
+    witness.release()
+    (job_dir / "tasks.txt").write_text("a\nb\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZOTSINK_", "SLURM_"))}
+    env.update(job_settings(tmp_path, job_dir, witness), ZOTSINK_ARGS="--task-time 900")
+    ends = tmp_path / "ends"
+    probe = (
+        f"{sys.executable} -c 'import os; from zotsink._run.alive import job_end;"
+        f' print(job_end(os.environ))\' > {ends}.$SGE_TASK_ID; exec "$@"'
+    )
+    script = tmp_path / "probe.sh"
+    script.write_text(f"#!/bin/bash\n{probe}\n")
+    script.chmod(0o755)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["ZOTSINK"] = f"{script} {shlex.join(ZOTSINK)}"
+    before = time.time()
+    got = sge_cluster.run(
+        "qsub", "-sync", "y", "-t", "1-2", "-l", "h_rt=600", "-o", f"{tmp_path}/out.$TASK_ID",
+        str(PULL_SGE), env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    after = time.time()
+    assert got.stdout.count("exited with exit code 0") == 2, got.stdout + got.stderr
+    for task in ("1", "2"):
+        end = float(Path(f"{ends}.{task}").read_text())
+        # Grid Engine keeps whole seconds of the start
+        assert before - 1 + 600 <= end <= after + 600, (before, end, after)
+    for task in ("1", "2"):
+        said = (tmp_path / f"out.{task}").read_text()
+        assert "they would not end before this job's deadline" in said, said
+    assert witness.ran() == collections.Counter()
+
+
+def squeue_wrapper(slurm_cluster, tmp_path: Path) -> tuple[Path, Path]:
+    """A squeue first on the PATH that notes every question and answer (see SQUEUE): its
+    directory and its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    asked = tmp_path / "squeue.log"
+    asked.touch()
+    real = shutil.which("squeue", path=slurm_cluster.env.get("PATH"))
+    assert real, "squeue not found"
+    wrapper = bin_dir / "squeue"
+    wrapper.write_text(SQUEUE.format(python=sys.executable, real=real, log=str(asked)))
+    wrapper.chmod(0o755)
+    return bin_dir, asked
+
+
+def test_a_stopped_element_is_never_robbed_while_slurm_shows_it(
+    gluster_dirs, slurm_cluster, tmp_path: Path, cluster_report
+) -> None:
+    """Element 2 and its tasks are SIGSTOPped (a frozen node) while it holds two tasks: the
+    others run every other task, ask Slurm about element 2, hear it runs, and leave its
+    tasks alone; resumed, it finishes them, each task run once."""
+    t0 = time.monotonic()
+    job_dir = gluster_dirs.node1
+    witness = Witness(tmp_path / "w")
+    lines = [f"t{i:02d}" for i in range(1, 41)]
+    (job_dir / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
+    bin_dir, asked = squeue_wrapper(slurm_cluster, tmp_path)
+    env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("ZOTSINK_")}
+    env.update(job_settings(tmp_path, job_dir, witness))
+    env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
+    ledger = job_dir / "results.tsv.ledger"
+    sub = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={job_dir}", "--array=1-3",
+         f"--cpus-per-task={slurm_cluster.cpus // len(slurm_cluster.nodes)}",
+         f"--output={tmp_path}/slurm-%a.out", str(PULL_SBATCH)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    element = f"{job}_2"
+    stopped: list[int] = []
+    try:
+        wait_for(lambda: len(witness.held()) == 6, "three elements holding two tasks each")
+        frozen = sorted(line for line, who in witness.held().items() if who.endswith(" 2"))
+        assert len(frozen) == 2, witness.held()
+        stopped = stop_all(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID="2")
+        witness.release()
+        others_done: list[str] = []
+
+        def others_asked_and_heard_it_runs() -> bool:
+            oks = [
+                r["time"]
+                for r in ledger_rows(ledger)
+                if r["event"] == "end" and r["status"] == "ok"
+            ]
+            if len(oks) < len(lines) - 2:
+                return False
+            others_done[:] = [max(oks)]
+            return any(
+                f"-j {element} " in ln + " " and ln.split("\t")[3] and ln > max(oks)
+                for ln in asked.read_text().splitlines()
+            )
+
+        wait_for(others_asked_and_heard_it_runs, "the others asking Slurm about element 2")
+        # not taken: started once, by element 2 only
+        starts = [r for r in ledger_rows(ledger) if r["event"] == "start"]
+        assert sorted(r["key"] for r in starts if r["key"] in frozen) == frozen
+        assert {r["array_task"] for r in starts if r["key"] in frozen} == {"2"}
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        stopped = []
+
+        def array_done() -> bool:
+            q = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%i", check=False)
+            return q.returncode != 0 or not q.stdout.strip()
+
+        wait_for(array_done, "every element finished", timeout=240, poll=0.5)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        witness.release()
+        slurm_cluster.run("scancel", job, check=False)
+
+    rows = check_each_task_once(job_dir, lines, witness)
+    assert witness.ran() == collections.Counter(lines)  # each once: nothing ran twice
+    assert (
+        sorted(r["key"] for r in rows if r["event"] == "end" and r["array_task"] == "2") == frozen
+    )  # element 2 finished its own
+    cluster_report(f"stopped element left alone; {time.monotonic() - t0:.1f} s in all")
