@@ -290,3 +290,17 @@ def test_a_dead_runs_task_another_run_took_first_is_watched_again() -> None:
     states[1] = TaskState(1, "running", 2, row(1, host="other"), 0)
     assert claimed(q, 1, states) == ([], [1])
     assert sorted(q.watched) == [1] and q.taken_over == 0
+
+
+def test_a_task_its_run_interrupted_while_watched_comes_back() -> None:
+    """A cancelled element ends its tasks ``interrupted`` while another pull run waits on
+    them: they are not done, and that run takes them (not taken over: nobody died)."""
+    states = {1: state(1, "running"), 2: state(2, "running")}
+    q = queue(T[:2], states, take_over=True)
+    assert claimed(q, 2, states, alive=True) == ([], [1, 2])
+    assert q.waits_on_others
+    states[1], states[2] = state(1, "interrupted"), state(2, "failed")
+    assert q.recheck(states, lambda r: True) == 1
+    assert q.watched == {} and q.elsewhere == 1
+    assert claimed(q, 5, states) == ([(1, 2)], [])
+    assert q.taken_over == 0

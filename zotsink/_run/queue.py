@@ -356,9 +356,9 @@ class TaskQueue(Generic[Task]):
 
     def recheck(self, states: Mapping[int, State], alive: Alive) -> int:
         """Judge the :attr:`watched` tasks again by the ledger's ``states``: one whose run is
-        known dead goes back to the candidates (the claim judges it again under the lock),
-        one that ended, or whose run nobody can tell of, is no longer watched. How many
-        came back."""
+        known dead, or that its run interrupted, goes back to the candidates (the claim
+        judges it again under the lock), one that ended otherwise, or whose run nobody can
+        tell of, is no longer watched. How many came back."""
         back = 0
         for num, task in list(self.watched.items()):
             state = states.get(num)
@@ -375,7 +375,13 @@ class TaskQueue(Generic[Task]):
                 back += 1
             else:
                 del self.watched[num]
-                self.elsewhere += 1
+                if state is not None and state.state == "interrupted":
+                    # its run was stopped before the task ended (a cancelled element):
+                    # not done, and no longer anybody's
+                    self._pending.append(task)
+                    back += 1
+                else:
+                    self.elsewhere += 1
         return back
 
     @property

@@ -164,7 +164,7 @@ def read_runs(
     unknown: list[RunInfo] = []
     for key in sorted(set(busy) | set(latest), key=lambda k: runs[k].first_at):
         r = runs[key]
-        alive = run_alive(r.host, r.pid, r.note, r.job, here)
+        alive = run_alive(r.host, r.pid, r.note, r.job, here, r.array_task)
         info = RunInfo(
             host=r.host,
             pid=r.pid,
