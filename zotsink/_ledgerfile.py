@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
 from ._core.fileio import fresh_stat, line_blocks, pread_chunks, side_file_problem
+from ._core.fsinfo import wants_fsync
 from ._core.records import MAX_LINE, decode_row
 from ._core.snapshot import snapshot
 from ._core.stop import Stopper
@@ -443,14 +444,16 @@ def out_file(path: str | os.PathLike[str]) -> OutFile | None:
 
     A network client (GlusterFS) may report the size it cached before another node
     appended, for a moment: the pieces of tasks that node just committed would look cut
-    off, their tasks lost, and a run would start them again while they are done. So a
-    regular file's size is asked of the server (:func:`fresh_stat`)."""
+    off, their tasks lost, and a run would start them again while they are done. So on a
+    network or FUSE filesystem a regular file's size is asked of the server
+    (:func:`fresh_stat`)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return OutFile(st.st_ino, st.st_size)  # never opened: a FIFO or device is no OUT
+    if not stat.S_ISREG(st.st_mode) or not wants_fsync(path):
+        # a local disk's stat is the truth; a FIFO or device is no OUT and never opened
+        return OutFile(st.st_ino, st.st_size)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
