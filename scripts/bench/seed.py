@@ -21,6 +21,9 @@ polls far more coarsely); the chunked ways are arrays of N/100 elements of 2 CPU
   loop      ONE Python process on one node, no zotsink: scripts/cluster/seed_loop.py calls
             the same function on every image and writes one table (the floor a user would
             compare with)
+  slices    the floor of any parallel way on this cluster: pull's elements (2 of 2 CPUs
+            on each node), each running seed_loop.py twice at once over a fixed twelfth of
+            the list, a table each; no zotsink, no coordination, nothing to resubmit
 
 (``call`` and ``pull`` only when the installed zotsink has ``run --call``.) The per-image
 step is scripts/cluster/seed_step.py (Pillow: open, greyscale, min/max/mean), the same for
@@ -76,7 +79,7 @@ CPUS = 2  # per array element, as the seed's jobs asked
 NODES = 3  # scripts/cluster/slurm.sh's default
 PULL_PER_NODE = 2
 COLUMNS = "filename,min,max,mean"
-WAYS = ("habit", "habit-p", "command", "call", "pull", "loop")
+WAYS = ("habit", "habit-p", "command", "call", "pull", "loop", "slices")
 # (base, way): the speed-ups printed after the rounds, base's time over way's
 RATIOS = (
     ("habit", "habit-p"),
@@ -88,6 +91,8 @@ RATIOS = (
     ("call", "pull"),
     ("loop", "pull"),
     ("loop", "call"),
+    ("loop", "slices"),
+    ("slices", "pull"),
 )
 BRIDGE = "zsbr0"  # scripts/cluster/nodes.sh
 POLL = 0.2
@@ -218,6 +223,8 @@ def elements_of(
                 {},
             )
         ]
+    if way == "slices":
+        return slices_of(tasks, shared)
     # pull: the job template as it ships, PULL_PER_NODE elements on each node
     settings = {
         "TASKS": str(tasks),
@@ -236,6 +243,31 @@ def elements_of(
         )
         for i in range(1, NODES + 1)
     ]
+
+
+def slices_of(tasks: Path, shared: Path) -> list[tuple[list[str], list[str], dict[str, str]]]:
+    """The ``slices`` way's jobs: pull's elements, each looping over fixed slices of the
+    list in CPUS processes at once (slice files beside the list, tables on the volume)."""
+    lines = tasks.read_text().splitlines(keepends=True)
+    parts = NODES * PULL_PER_NODE * CPUS
+    for k in range(parts):
+        (tasks.parent / f"slice-{k}.txt").write_text("".join(lines[k::parts]))
+    jobs = []
+    for node in range(NODES):
+        first = node * PULL_PER_NODE * CPUS  # the element's slices: first + (index-1)*CPUS + j
+        loops = " ".join(
+            f"{shlex.quote(sys.executable)} {shlex.quote(str(LOOP))}"
+            f" {tasks.parent}/slice-$((k + {j})).txt {shared}/stats-$((k + {j})).tsv &"
+            for j in range(CPUS)
+        )
+        job = f"k=$(( {first} + (SLURM_ARRAY_TASK_ID - 1) * {CPUS} )); {loops} wait"
+        opts = [
+            f"--array=1-{PULL_PER_NODE}",
+            f"--cpus-per-task={CPUS}",
+            f"--nodelist=node{node + 1}",
+        ]
+        jobs.append((opts, ["/bin/sh", "-c", job], {}))
+    return jobs
 
 
 def fs_cpu() -> float:
@@ -363,6 +395,9 @@ def one_way(
         rows = rows_of(table, n, committed=False)
     elif way == "loop":
         rows = rows_of(table, n, committed=False)
+    elif way == "slices":
+        tables = sorted(shared.glob("stats-*.tsv"))
+        rows = sum(rows_of(t, 0, committed=False) for t in tables)
     else:
         ledger = shared / "stats.tsv.ledger"
         rows = rows_of(table, n, committed=True)
@@ -437,6 +472,12 @@ def main() -> None:
     )
     ap.add_argument("--netem", type=float, metavar="MS", help="also with this delay")
     ap.add_argument(
+        "--images-dir",
+        type=Path,
+        metavar="DIR",
+        help="use the images seed_images.py made in DIR (its tasks.txt) instead of making them",
+    )
+    ap.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
@@ -480,8 +521,17 @@ def bench(
     args: argparse.Namespace, ways: list[str], env: dict[str, str], work: Path, shared: Path
 ) -> None:
     n = args.images
-    sh(sys.executable, str(CLUSTER / "seed_images.py"), str(work / "images"), str(n))
-    tasks = work / "images" / "tasks.txt"
+    images = work / "images"
+    if args.images_dir is None:
+        sh(sys.executable, str(CLUSTER / "seed_images.py"), str(images), str(n))
+    else:  # made before by seed_images.py (the same images: image i is seeded by i)
+        made = args.images_dir.resolve() / "tasks.txt"
+        lines = made.read_text().splitlines(keepends=True)
+        if len(lines) < n:
+            sys.exit(f"seed: {made} names {len(lines)} images, fewer than --images {n}")
+        images.mkdir()
+        (images / "tasks.txt").write_text("".join(lines[:n]))
+    tasks = images / "tasks.txt"
     delays = [0.0]
     if args.netem:
         why = set_netem(args.netem)
