@@ -170,6 +170,10 @@ start_execd() {
         nsenter --target "$pid" --pid --mount -- pgrep -x sge_execd >/dev/null; then
         return 0
     fi
+    # the pid file of an execd of a node that was killed names a pid of a dead namespace
+    if ! nsenter --target "$pid" --pid --mount -- pgrep -x sge_execd >/dev/null; then
+        rm -f "$SPOOL/execd/$name/execd.pid"
+    fi
     nsenter --target "$pid" --net --uts --mount --pid -- /usr/sbin/sge_execd \
         </dev/null >"$LOGS/execd-$name.out" 2>&1 9>&- ||
         die "$EXIT_FAILED" "sge_execd on $name failed to start: $(tail -n 1 "$LOGS/execd-$name.out")" \
