@@ -161,8 +161,8 @@ def test_sge_follow_runners_on_three_nodes_run_each_added_line_once(
         jobs.append(sge_job(got.stdout + got.stderr))
 
     def runners_done() -> bool:
-        listed = sge_cluster.run("qstat", "-u", "*").stdout.split()
-        return not any(job in listed for job in jobs)
+        listed = sge_cluster.run("qstat", "-u", "*").stdout.splitlines()[2:]
+        return not {ln.split()[0] for ln in listed if ln.strip()} & set(jobs)
 
     try:
         added = feed(tasks, list(gluster_dirs), witness, ledger, runners_done)
