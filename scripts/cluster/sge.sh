@@ -8,6 +8,9 @@
 #   sge.sh status    what runs; exit 0 only when fully up
 #   sge.sh down      delete every job, stop the execds and the qmaster, forget the
 #                    queue and the hosts
+#   sge.sh attach PID
+#                    an sge_execd in the node of PID (slurm.sh revive calls it for a node
+#                    it brings back); nothing to do when one answers there
 #   sge.sh exec CMD...
 #                    run a client command (qsub, qstat, qdel, qmod, qconf, or a script
 #                    that calls them) against this cluster
@@ -159,28 +162,56 @@ configure() {
     fi
 }
 
-# start_execds: one sge_execd in each ready node that has none answering
-start_execds() {
-    local name pid t0 states
-    t0=$(now)
-    states=$(queue_states)
-    while read -r name pid; do
-        [ -n "$pid" ] || continue
-        if [ -n "$(awk -v n="$name" '$1 == n && $2 !~ /u/' <<<"$states")" ] &&
-            nsenter --target "$pid" --pid --mount -- pgrep -x sge_execd >/dev/null; then
-            continue
-        fi
-        nsenter --target "$pid" --net --uts --mount --pid -- /usr/sbin/sge_execd \
-            </dev/null >"$LOGS/execd-$name.out" 2>&1 9>&- ||
-            die "$EXIT_FAILED" "sge_execd on $name failed to start: $(tail -n 1 "$LOGS/execd-$name.out")" \
-                "(log: $SPOOL/execd/$name/messages)"
-    done < <(ready_nodes)
+# start_execd NAME PID: an sge_execd in the node NAME whose PID 1 is PID, unless one
+# runs there and qmaster hears from it
+start_execd() {
+    local name=$1 pid=$2
+    if [ -n "$(awk -v n="$name" '$1 == n && $2 !~ /u/' <<<"$(queue_states)")" ] &&
+        nsenter --target "$pid" --pid --mount -- pgrep -x sge_execd >/dev/null; then
+        return 0
+    fi
+    # the pid file of an execd of a node that was killed names a pid of a dead namespace
+    if ! nsenter --target "$pid" --pid --mount -- pgrep -x sge_execd >/dev/null; then
+        rm -f "$SPOOL/execd/$name/execd.pid"
+    fi
+    nsenter --target "$pid" --net --uts --mount --pid -- /usr/sbin/sge_execd \
+        </dev/null >"$LOGS/execd-$name.out" 2>&1 9>&- ||
+        die "$EXIT_FAILED" "sge_execd on $name failed to start: $(tail -n 1 "$LOGS/execd-$name.out")" \
+            "(log: $SPOOL/execd/$name/messages)"
+}
+
+# wait_execds T0: every ready node's execd answers
+wait_execds() {
     for _ in $(seq 1 300); do
         nodes_ready && break
         sleep 0.1
     done
     nodes_ready || die "$EXIT_FAILED" "execds not answering after 30 s: $(queue_states | tr '\n' ' ')(logs in $SPOOL/execd)"
-    log "$(ready_nodes | wc -l) execds answering after $(since "$t0") s"
+    log "$(ready_nodes | wc -l) execds answering after $(since "$1") s"
+}
+
+# start_execds: one sge_execd in each ready node that has none answering
+start_execds() {
+    local name pid t0
+    t0=$(now)
+    while read -r name pid; do
+        [ -n "$pid" ] || continue
+        start_execd "$name" "$pid"
+    done < <(ready_nodes)
+    wait_execds "$t0"
+}
+
+# An execd in one node, for a node slurm.sh brought back after the rest were up.
+cmd_attach() {
+    local pid=${1:-} t0 name
+    t0=$(now)
+    case "$pid" in '' | *[!0-9]*) die "$EXIT_USAGE" "usage: $0 attach PID" ;; esac
+    need_root "start an sge_execd"
+    take_lock "$STATE"
+    our_qmaster || die "$EXIT_PRECONDITION" "sge_qmaster is not running (sge.sh up)"
+    name=$(nsenter --target "$pid" --uts hostname) || die "$EXIT_FAILED" "no process $pid"
+    start_execd "$name" "$pid"
+    wait_execds "$t0"
 }
 
 # End-to-end check: a job runs to completion.
@@ -261,13 +292,14 @@ case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
+    attach) cmd_attach "${2:-}" ;;
     exec)
         shift
         our_qmaster || die "$EXIT_PRECONDITION" "sge_qmaster is not running (sge.sh up)"
         in_master "$@"
         ;;
     *)
-        echo "usage: $0 up|down|status|exec CMD..." >&2
+        echo "usage: $0 up|down|status|attach PID|exec CMD..." >&2
         exit "$EXIT_USAGE"
         ;;
 esac

@@ -7,6 +7,16 @@
 #   slurm.sh status   what runs; exit 0 only when fully up
 #   slurm.sh down     cancel every job, stop the nodes and what `up` started, delete the
 #                     bridge and the veths
+#   slurm.sh kill NODE
+#                     a node's death: SIGKILL its PID 1, so the kernel kills every process
+#                     in it at once (slurmd, job steps, jobs, its FUSE clients, Grid
+#                     Engine's execd), and its mounts go with its mount namespace; then tell
+#                     Slurm the node is DOWN (its jobs end as NODE_FAIL, and are requeued
+#                     unless submitted with --no-requeue). Deletes nothing on disk.
+#   slurm.sh revive NODE
+#                     bring a killed node back: its namespaces, a client of each shared file
+#                     system that is up, its slurmd, Grid Engine's execd when sge.sh is up;
+#                     the node RESUMEd, and idle before this returns
 #
 # Each node has its own hostname (node1, node2, ...), address, slurmd and, when the
 # GlusterFS volume (gluster.sh), the MooseFS file system (moosefs.sh) or the CephFS
@@ -131,6 +141,9 @@ MaxJobCount=200000
 # finished jobs stay visible (scontrol show job, sbatch --wait) for 5 minutes
 MinJobAge=300
 KillWait=5
+# A node that does not answer is set DOWN after this many seconds (its jobs end as
+# NODE_FAIL): Slurm's default, longer than the minute a test freezes a node for.
+SlurmdTimeout=300
 CONF
     for n in $(node_names); do
         echo "NodeName=$n NodeHostname=$n NodeAddr=$(node_ip "$n") CPUs=$CPUS RealMemory=$mem State=UNKNOWN"
@@ -438,12 +451,90 @@ cmd_status() {
     healthy
 }
 
+# known_node NAME: NAME is one of the configured nodes
+known_node() {
+    case " $(node_names | tr '\n' ' ')" in
+        *" $1 "*) return 0 ;;
+    esac
+    die "$EXIT_USAGE" "no node '$1' (the nodes: $(node_names | tr '\n' ' '))"
+}
+
+# pids_in_pid_ns NS: the processes (host pids) whose PID namespace is NS (as readlink
+# shows /proc/PID/ns/pid)
+pids_in_pid_ns() {
+    local p
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$1" ] && echo "${p#/proc/}"
+    done
+    return 0
+}
+
+cmd_kill() {
+    local name=$1 t0 init ns
+    t0=$(now)
+    need_root "kill a node"
+    known_node "$name"
+    take_lock "$STATE"
+    our_ctld || die "$EXIT_PRECONDITION" "slurmctld is not running (slurm.sh up)"
+    node_alive "$name" || die "$EXIT_PRECONDITION" "$name is not running"
+    init=$(node_init "$name")
+    ns=$(readlink "/proc/$init/ns/pid") || die "$EXIT_FAILED" "$name: no PID namespace of pid $init"
+    # The death of a PID namespace's PID 1 makes the kernel SIGKILL every other process
+    # in it, stopped ones too: nothing of the node gets a chance to clean up, as when a
+    # machine loses power. Its FUSE clients die with it, so its mounts are gone for good.
+    kill -KILL "$init"
+    for _ in $(seq 1 100); do
+        [ -z "$(pids_in_pid_ns "$ns")" ] && break
+        sleep 0.1
+    done
+    [ -z "$(pids_in_pid_ns "$ns")" ] ||
+        die "$EXIT_FAILED" "$name: processes left after its PID 1 was killed: $(pids_in_pid_ns "$ns" | tr '\n' ' ')"
+    # its veth and pid files (nothing of it runs any more: node_destroy stops nothing)
+    node_destroy "$name"
+    # Slurm would notice only after SlurmdTimeout: tell it now, as a site's health check
+    # or an administrator does.
+    timeout 20 scontrol update nodename="$name" state=down reason="killed by slurm.sh kill" ||
+        die "$EXIT_FAILED" "scontrol could not set $name DOWN (log: $LOGS/slurmctld.log)"
+    log "$name killed and set DOWN in $(since "$t0") s; \`$0 revive $name\` brings it back"
+}
+
+# attach_sge NODE: Grid Engine's execd in the node, when sge.sh is up
+attach_sge() {
+    local rc=0
+    bash "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/sge.sh" attach "$(node_init "$1")" 9>&- || rc=$?
+    case "$rc" in
+        0) ;;
+        "$EXIT_PRECONDITION") log "$1: no sge_execd (Grid Engine is not up)" ;;
+        *) die "$EXIT_FAILED" "$1: sge.sh attach exited $rc" ;;
+    esac
+}
+
+cmd_revive() {
+    local name=$1 t0 up_fs=()
+    t0=$(now)
+    need_root "start a node"
+    known_node "$name"
+    take_lock "$STATE"
+    our_ctld || die "$EXIT_PRECONDITION" "slurmctld is not running (slurm.sh up)"
+    mapfile -t up_fs < <(shared_filesystems)
+    start_node "$name" "${up_fs[@]}"
+    attach_sge "$name"
+    # RESUME, and wait until every node is idle (wait_nodes_idle resumes a DOWN node)
+    timeout 20 scontrol update nodename="$name" state=resume >/dev/null 2>&1 || true
+    wait_nodes_idle
+    log "$name revived in $(since "$t0") s"
+}
+
 case "${1:-}" in
     up) cmd_up ;;
     down) cmd_down ;;
     status) cmd_status ;;
+    kill | revive)
+        [ $# = 2 ] || die "$EXIT_USAGE" "usage: $0 $1 NODE"
+        "cmd_$1" "$2"
+        ;;
     *)
-        echo "usage: $0 up|down|status" >&2
+        echo "usage: $0 up|down|status|kill NODE|revive NODE" >&2
         exit "$EXIT_USAGE"
         ;;
 esac

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+
+from tests.behaviour.waiting import wait_for
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -117,6 +121,55 @@ def test_status_by_host_and_element_as_a_table(tmp_path: Path, zotsink: Run) -> 
     assert [(x["host"], x["attempts"], x["ok"], x["not_ok"]) for x in d["by"]] == [
         (os.uname().nodename, 40, 35, 5)
     ]
+
+
+#: Task "a" waits for the file "go" (its pid in a.pid); any other prints its line.
+WAIT_FOR_GO = """
+import os, sys, time
+if sys.argv[1] == "a" and not os.path.exists("go"):
+    with open("a.pid.new", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename("a.pid.new", "a.pid")
+    while not os.path.exists("go"):
+        time.sleep(0.01)
+print(sys.argv[1])
+"""
+
+
+def test_status_by_element_counts_an_attempt_whose_run_died_as_lost(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    """Element 2's run and its task die (SIGKILL) while it runs task 1; element 1's run
+    runs task 1 again: element 2's attempt is lost, not running."""
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    (tmp_path / "task.py").write_text(WAIT_FOR_GO)
+    argv = [sys.executable, "-m", "zotsink", "run", "tasks.txt", "out.tsv", "--pull"]
+    argv += ["--jobs", "1", "--", sys.executable, "task.py"]
+
+    def element(index: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ZOTSINK_", "SLURM_"))}
+        return {**env, "SLURM_ARRAY_JOB_ID": "900", "SLURM_ARRAY_TASK_ID": index,
+                "SLURM_JOB_ID": f"90{index}"}  # fmt: skip
+
+    first = subprocess.Popen(
+        argv, cwd=tmp_path, env=element("2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(lambda: (tmp_path / "a.pid").exists(), first, "started task a")
+        os.kill(int((tmp_path / "a.pid").read_text()), signal.SIGKILL)
+    finally:
+        first.kill()
+        first.communicate()
+    (tmp_path / "go").touch()
+    second = subprocess.run(argv, cwd=tmp_path, env=element("1"), capture_output=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    r = zotsink("status", "tasks.txt", "out.tsv", "--by", "element")
+    rows = [line.split() for line in r.stdout.decode().splitlines()]
+    assert [row[:5] for row in rows[1:]] == [
+        ["900[1]", "3", "3", "0", "0"],
+        ["900[2]", "1", "0", "1", "0"],  # lost with its run: not ok, not running
+    ]
+    assert r.returncode == 0, r.stderr  # every task ok
 
 
 def chromium() -> str:

@@ -33,7 +33,9 @@ Fixtures
     ``moosefs_dirs`` and ``ceph_dirs``.
     Pass ``slurm_cluster.env`` as the
     environment of sbatch/squeue/... (it sets SLURM_CONF), or use ``slurm_cluster.run``.
-    It brings the GlusterFS volume up first.
+    It brings the GlusterFS volume up first. ``slurm_cluster.kill_node(name)`` kills a
+    node whole and sets it DOWN, ``slurm_cluster.revive_node(name)`` brings it back
+    (``slurm.sh kill`` and ``revive``); a test that kills one revives it in its teardown.
 ``sge_cluster`` (session) -> ``SGECluster``
     Son of Grid Engine: sge_qmaster on this host and an sge_execd in each node of
     ``slurm_cluster`` (which it brings up first), one queue ``all.q`` over them. Run
@@ -180,6 +182,47 @@ class SlurmCluster:
         return subprocess.run(
             list(argv), env=dict(self.env), timeout=timeout, check=check, **kwargs
         )
+
+    def kill_node(self, name: str) -> None:
+        """Kill node ``name`` whole, its mounts gone with it, and tell Slurm it is DOWN."""
+        _node_action("kill", name)
+
+    def revive_node(self, name: str) -> None:
+        """Bring node ``name`` back after :meth:`kill_node`: its mounts, its slurmd (and
+        Grid Engine's execd when it is up), idle in Slurm."""
+        _node_action("revive", name)
+
+    def node_pids(self, name: str) -> list[int]:
+        """Every process of node ``name`` (pids as this host sees them): those in its PID
+        namespace, its PID 1 included (slurmd, jobs, FUSE clients, Grid Engine's execd)."""
+        state = Path(os.environ.get("ZOTSINK_SLURM_STATE") or CLUSTER_BASE / "slurm")
+        init = (state / "run" / "nodes" / f"{name}.init").read_text().strip()
+        ns = os.readlink(f"/proc/{init}/ns/pid")
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{entry}/ns/pid") == ns:
+                        pids.append(int(entry))
+        return pids
+
+
+def _node_action(action: str, name: str) -> None:
+    """``slurm.sh ACTION NAME``; fails the test with the script's error when it fails."""
+    # Output to files, not pipes: a daemon it starts must not hold our pipe open.
+    with tempfile.TemporaryFile("w+") as err:
+        got = subprocess.run(
+            ["bash", str(SCRIPTS / "slurm.sh"), action, name],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            timeout=DOWN_TIMEOUT,
+            check=False,
+        )
+        err.seek(0)
+        said = err.read()
+    if got.returncode != 0:
+        pytest.fail(f"slurm.sh {action} {name} exited {got.returncode}: {_error_lines(said)}")
 
 
 @dataclass(frozen=True)

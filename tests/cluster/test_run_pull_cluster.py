@@ -1,6 +1,6 @@
-"""``zotsink run --pull`` arrays over the three nodes of the test cluster, on GlusterFS and
-MooseFS: one element ends mid-run (cancelled by the scheduler, or killed with every
-process of its job) while it holds claimed tasks, and the other elements finish every
+"""``zotsink run --pull`` arrays over the three nodes of the test cluster, on GlusterFS,
+MooseFS and CephFS: one element ends mid-run (cancelled by the scheduler, or killed with
+every process of its job) while it holds claimed tasks, and the other elements finish every
 task, each task's records once in the table and one ``ok`` row per task in the ledger, no
 resubmission; a dead element's tasks are taken over only once the scheduler says it ended.
 The dropbox recipe (scripts/jobs/dropbox) on Slurm: producers on two nodes ``zotsink add``
@@ -213,7 +213,7 @@ def check_each_task_once(job_dir: Path, lines: list[str], witness: Witness) -> l
 
 
 @pytest.mark.parametrize("how", ["scancel", "sigkill"])
-@pytest.mark.parametrize("fs", ["gluster", "moosefs"])
+@pytest.mark.parametrize("fs", ["gluster", "moosefs", "ceph"])
 def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
     fs: str, how: str, slurm_cluster, tmp_path: Path, request, cluster_report
 ) -> None:

@@ -64,16 +64,25 @@ def read_attempts(
 ) -> list[Attempt]:
     """Every attempt of the tasks of ``tasks`` that ``ledger`` holds, in the order they
     started. An ended attempt ran for its seconds before its end (its start row may be
-    older: a run claims tasks ahead); one still running, from its start row."""
+    older: a run claims tasks ahead); one still running, from its start row; one with no
+    end whose task was started again since is ``lost`` (its run died)."""
     keys, _ = task_lines(tasks)
     open_: dict[tuple[int, str], int] = {}  # (task, attempt) -> index in out
+    latest: dict[int, int] = {}  # task -> index in out of its latest start
     out: list[Attempt] = []
     for row in read_ledger(ledger, lock=lock, timeout=timeout):
         if keys.get(row.tasknum) != row.key:
             continue
         at = ledger_time(row.time)
         if row.event == "start":
-            open_[row.tasknum, row.attempt] = len(out)
+            before = latest.get(row.tasknum)
+            if before is not None and out[before].status == "running":
+                # A run starts a task again only once the ledger no longer counts it as
+                # running elsewhere: that attempt's run died (a lost node, a killed job)
+                # and it will never end. An end row that comes after all still says how
+                # it ended.
+                out[before] = out[before]._replace(status="lost")
+            latest[row.tasknum] = open_[row.tasknum, row.attempt] = len(out)
             out.append(
                 Attempt(
                     row.tasknum,
