@@ -32,9 +32,10 @@ from .._core.outlet import Outlet
 from .._core.pump import LineCutter
 from .._core.records import MAX_LINE, Encoder
 from ..errors import HoldError, RecordError, ZotsinkError
+from .frames import LINES, PIECE
 from .logline import LogLines
 from .tasks import Task
-from .worker import LINES, PIECE, Worker
+from .worker import Worker
 
 __all__ = ["KILL_AFTER", "PIPE_LINGER", "Attempt", "Output", "Phase", "Step", "signame"]
 
