@@ -252,6 +252,12 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
 
         if how == "scancel":
             slurm_cluster.run("scancel", element)
+            # scancel returns before Slurm's SIGTERM reaches the run: released at once, its
+            # held tasks could end ok and the run claim more before the signal came
+            wait_for(
+                lambda: not processes_of(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID="2"),
+                "the cancelled element's run and tasks ended",
+            )
         else:  # every process of the element ends at once, as in a crash
             kill_all(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID="2")
         cancelled = time.monotonic()
