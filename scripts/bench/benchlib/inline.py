@@ -24,7 +24,7 @@ from typing import Any
 
 
 def main() -> None:
-    from zotsink._run import pool, worker
+    from zotsink._run import pool, serve, worker
 
     class _Popen:
         pid = os.getpid()
@@ -50,7 +50,7 @@ def main() -> None:
         def __init__(
             self, spec: str, env: Mapping[str, str], prints_to: Callable[..., Any], max_line: int
         ) -> None:
-            self.func = worker._load(spec)
+            self.func = serve._load(spec)
             self.results_fd, self._wake = os.pipe()  # readable: frames wait
             self.prints_fd, self._prints_w = os.pipe()  # never written
             os.set_blocking(self.results_fd, False)
@@ -74,7 +74,7 @@ def main() -> None:
         def send(self, tasks: list[tuple[Any, int, int, str]]) -> bool:
             for task, num, attempt, line in tasks:
                 self.queued.append((task, num, attempt))
-                items = list(worker._items(self.func(line)))
+                items = list(serve._items(self.func(line)))
                 self._frames.append(("done", self.pid, num, attempt, items))
             self.sent = self.queued[0][1:]
             os.write(self._wake, b"x")
