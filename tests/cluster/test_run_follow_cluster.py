@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from test_run_pull_cluster import (
-    PULL_SBATCH,
     PULL_SGE,
     ZOTSINK,
     Witness,
@@ -29,6 +28,7 @@ from test_run_pull_cluster import (
     ledger_rows,
     ok_counts,
     sge_job,
+    submit_pull_array,
     wait_for,
 )
 
@@ -106,23 +106,7 @@ def test_slurm_follow_array_over_three_nodes_runs_each_added_line_once(
     witness = Witness(tmp_path / "w")
     env = {k: v for k, v in slurm_cluster.env.items() if not k.startswith("ZOTSINK_")}
     env.update(job_settings(tmp_path, job_dir, witness), ZOTSINK_ARGS="--jobs 2 --follow")
-    sub = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            f"--chdir={job_dir}",
-            "--array=1-3",
-            f"--cpus-per-task={slurm_cluster.cpus // len(slurm_cluster.nodes)}",
-            f"--output={tmp_path}/slurm-%a.out",
-            str(PULL_SBATCH),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
+    job = submit_pull_array(slurm_cluster, job_dir, tmp_path, env)
 
     def runners_done() -> bool:
         q = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%i", check=False)

@@ -31,13 +31,14 @@ from pathlib import Path
 
 import pytest
 from test_run_pull_cluster import (
-    PULL_SBATCH,
     ZOTSINK,
     Witness,
     check_each_task_once,
     job_settings,
     ledger_rows,
     squeue_wrapper,
+    stop_each,
+    submit_pull_array,
     wait_for,
 )
 
@@ -54,29 +55,6 @@ def killed_nodes(slurm_cluster) -> Iterator[list[str]]:
     yield killed
     for name in killed:
         slurm_cluster.revive_node(name)
-
-
-def submit_array(slurm_cluster, job_dir: Path, tmp_path: Path, env: dict[str, str]) -> str:
-    """The pull template as an array of three elements, one on each node (each asks for a
-    whole node's CPUs), never requeued; the job id."""
-    sub = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            "--no-requeue",
-            f"--chdir={job_dir}",
-            "--array=1-3",
-            f"--cpus-per-task={slurm_cluster.cpus // len(slurm_cluster.nodes)}",
-            f"--output={tmp_path}/slurm-%a.out",
-            str(PULL_SBATCH),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert sub.returncode == 0, sub.stderr
-    return sub.stdout.strip().split(";")[0]
 
 
 def array_env(slurm_cluster, job_dir: Path, tmp_path: Path, witness: Witness) -> tuple[dict, Path]:
@@ -129,7 +107,7 @@ def test_pull_array_takes_over_a_dead_nodes_tasks_once_slurm_says_its_element_en
     ledger = job_dir / "results.tsv.ledger"
     tasks.write_text("".join(f"{ln}\n" for ln in lines))
     env, asked = array_env(slurm_cluster, job_dir, tmp_path, witness)
-    job = submit_array(slurm_cluster, job_dir, tmp_path, env)
+    job = submit_pull_array(slurm_cluster, job_dir, tmp_path, env, "--no-requeue")
     element = f"{job}_2"
     try:
         # each element runs two tasks, which wait
@@ -209,24 +187,8 @@ def test_pull_array_takes_over_a_dead_nodes_tasks_once_slurm_says_its_element_en
 
 
 def stop_node(slurm_cluster, node: str) -> list[int]:
-    """SIGSTOP every process of ``node`` until all are stopped (none started one since):
-    the node froze. Their pids."""
-    while True:
-        pids = slurm_cluster.node_pids(node)
-        running = [pid for pid in pids if _state(pid) not in ("T", "")]
-        if not running:
-            return pids
-        for pid in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-
-
-def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat[stat.rindex(")") + 2 :].split()[0]
+    """SIGSTOP every process of ``node`` until all are stopped: the node froze. Their pids."""
+    return stop_each(lambda: slurm_cluster.node_pids(node))
 
 
 def resume(pids: list[int]) -> None:
@@ -245,7 +207,7 @@ def test_pull_array_leaves_a_frozen_node_alone_and_nothing_runs_twice(
     (job_dir / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
     ledger = job_dir / "results.tsv.ledger"
     env, asked = array_env(slurm_cluster, job_dir, tmp_path, witness)
-    job = submit_array(slurm_cluster, job_dir, tmp_path, env)
+    job = submit_pull_array(slurm_cluster, job_dir, tmp_path, env, "--no-requeue")
     element = f"{job}_2"
     stopped: list[int] = []
     try:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -166,9 +167,15 @@ def kill_all(**env: str) -> None:
 
 def stop_all(**env: str) -> list[int]:
     """SIGSTOP every process whose environment holds ``env`` until all of them are
-    stopped (none started one since): a node that froze. Their pids."""
+    stopped (none started one since): an element that froze. Their pids."""
+    return stop_each(lambda: processes_of(**env))
+
+
+def stop_each(pids_of: Callable[[], list[int]]) -> list[int]:
+    """SIGSTOP every process ``pids_of`` lists until all of them are stopped (none started
+    one since). Their pids."""
     while True:
-        pids = processes_of(**env)
+        pids = pids_of()
         running = [pid for pid in pids if _state(pid) not in ("T", "")]
         if not running:
             return pids
@@ -199,6 +206,26 @@ def job_settings(tmp_path: Path, job_dir: Path, witness: Witness) -> dict[str, s
     }
 
 
+def submit_pull_array(
+    slurm_cluster, job_dir: Path, tmp_path: Path, env: dict[str, str], *opts: str
+) -> str:
+    """The pull template as an array of three elements, one on each node (each asks for a
+    whole node's CPUs), with more sbatch ``opts``; the job id."""
+    cpus = slurm_cluster.cpus // len(slurm_cluster.nodes)
+    sub = subprocess.run(
+        [
+            *("sbatch", "--parsable", *opts, f"--chdir={job_dir}", "--array=1-3"),
+            *(f"--cpus-per-task={cpus}", f"--output={tmp_path}/slurm-%a.out", str(PULL_SBATCH)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert sub.returncode == 0, sub.stderr
+    return sub.stdout.strip().split(";")[0]
+
+
 def check_each_task_once(job_dir: Path, lines: list[str], witness: Witness) -> list[dict]:
     """The committed view holds each line once, the ledger one ok row per task, and no
     task ran twice at once; the ledger's rows."""
@@ -227,15 +254,7 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
     env.update(job_settings(tmp_path, job_dir, witness))
     env["PATH"] = f"{bin_dir}:{env.get('PATH', '')}"
 
-    # three elements, one on each node (each asks for a whole node's CPUs)
-    sub = subprocess.run(
-        ["sbatch", "--parsable", f"--chdir={job_dir}", "--array=1-3",
-         f"--cpus-per-task={slurm_cluster.cpus // len(slurm_cluster.nodes)}",
-         f"--output={tmp_path}/slurm-%a.out", str(PULL_SBATCH)],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
+    job = submit_pull_array(slurm_cluster, job_dir, tmp_path, env)
     try:
         # each element runs two tasks, which wait
         wait_for(lambda: len(witness.held()) == 6, "three elements holding two tasks each")
