@@ -12,7 +12,7 @@ from __future__ import annotations
 # zotsink` alone should not pay. Type checkers treat this name as typing's own.
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Public name -> the private module that defines it.
 _LAZY = {
@@ -56,15 +56,16 @@ _LAZY = {
     # run and its ledger
     "run_tasks": "zotsink._run.runner",
     "RunReport": "zotsink._run.runner",
-    "Progress": "zotsink._run.pool",
+    "Progress": "zotsink._run.state",
     "task_states": "zotsink._run.runner",
-    "TaskState": "zotsink._run.states",
-    "read_ledger": "zotsink._ledgerfile",
+    "TaskEvent": "zotsink._ledger.events",
+    "read_ledger": "zotsink._run.report",
     "task_status": "zotsink._run.status",
     "StatusReport": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
     "resubmit_specs": "zotsink._run.status",
     "ledger_missing": "zotsink._run.status",
+    "ledger_jobs": "zotsink._run.status",
     "failed_tasks": "zotsink._run.status",
     "FailedTask": "zotsink._run.status",
     "LedgerMissing": "zotsink._run.status",
@@ -79,8 +80,8 @@ _LAZY = {
     "add_tasks": "zotsink._run.add",
     "close_tasks": "zotsink._run.close",
     "stop_runs": "zotsink._run.close",
-    "read_control": "zotsink._run.control",
-    "Control": "zotsink._run.control",
+    "read_control": "zotsink._run.close",
+    "Control": "zotsink._ledger.control",
     "read_runs": "zotsink._run.runs",
     "LiveRuns": "zotsink._run.runs",
     "RunInfo": "zotsink._run.runs",
@@ -132,7 +133,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._core.outlet import Outcome
     from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
-    from ._ledgerfile import read_ledger
+    from ._ledger.control import Control
+    from ._ledger.events import TaskEvent
     from ._pack.append import append_member, append_members
     from ._pack.files import pack_files
     from ._pack.index import MemberRow, is_pack_archive
@@ -142,19 +144,25 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.add import add_tasks
-    from ._run.close import close_tasks, stop_runs
-    from ._run.control import Control, read_control
+    from ._run.close import close_tasks, read_control, stop_runs
     from ._run.failures import FailureGroup, failure_tail, group_failures
-    from ._run.pool import Progress
-    from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
+    from ._run.report import (
+        Attempt,
+        attempts_by,
+        rate_text,
+        read_attempts,
+        read_ledger,
+        status_page,
+    )
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.runs import LiveRuns, RunInfo, read_runs
-    from ._run.states import TaskState
+    from ._run.state import Progress
     from ._run.status import (
         FailedTask,
         LedgerMissing,
         StatusReport,
         failed_tasks,
+        ledger_jobs,
         ledger_missing,
         resubmit_specs,
         task_status,

@@ -16,15 +16,17 @@ import os
 import warnings
 import zlib
 from collections.abc import Iterator
-from typing import Final
 
 from ._core.fileio import pread_chunks, split_lines
 from ._core.records import csv_module, decode_row, format_for
 from ._core.snapshot import iter_snapshot, snapshot
-from ._ledgerfile import Claims, OutFile, Piece, claims, out_file, piece_problem
+from ._ledger.pieces import Claims, OutFile, Piece, out_file
+from ._ledger.read import Snapshot
+from ._ledger.view import LedgerView
 from .errors import RecordError, ZotsinkWarning
 
 __all__ = [
+    "Blocks",
     "committed_chunks",
     "committed_parts",
     "iter_snapshot",
@@ -54,39 +56,51 @@ def committed_parts(
     emptied or cut), is not to be trusted: it is left out and named in ``untrusted``. A
     part beyond ``size`` but within OUT now was claimed after the snapshot: left out."""
     p = os.fspath(path)
-    c = claims(p + ".ledger" if ledger is None else ledger, lock=lock, timeout=timeout)
-    if c is None:
+    book = p + ".ledger" if ledger is None else os.fspath(ledger)
+    if not os.path.lexists(book):
         return None
+    view = LedgerView(pieces=True)
+    with Snapshot(book, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
     now = out if out is not None else out_file(p)
-    parts: list[Piece] = []
-    untrusted: list[tuple[int, str]] = []
-    for piece in c.parts:
-        why = piece_problem(str(piece.offset), str(piece.length), piece.ino, now)
-        if why is not None:
-            untrusted.append((piece.tasknum, why))
-        elif piece.offset + piece.length <= size:
-            parts.append(piece)
-    return Claims(min(c.header, size), parts, untrusted)
+    c = view.claims(now)
+    parts = [piece for piece in c.parts if piece.offset + piece.length <= size]
+    return Claims(min(c.header, size), parts, c.untrusted)
 
 
-#: A piece up to this size is read once, checked, then given; a larger one is read twice.
-_CHECK_IN_MEMORY: Final = 8 << 20
 
 
-def piece_chunks(fd: int, piece: Piece) -> Iterator[bytes] | None:
-    """A claimed piece's bytes, once its checksum says they are the ones its task wrote;
-    None when they are not (OUT was changed in place since: edited, or emptied and written
-    again). A row of an older release, with no checksum, is taken as it is."""
-    end = piece.offset + piece.length
-    if not piece.crc:
-        return pread_chunks(fd, end, start=piece.offset)
-    if piece.length <= _CHECK_IN_MEMORY:
-        data = b"".join(pread_chunks(fd, end, start=piece.offset))
-        return iter((data,)) if f"{zlib.crc32(data):08x}" == piece.crc else None
-    crc = 0
-    for chunk in pread_chunks(fd, end, start=piece.offset):
-        crc = zlib.crc32(chunk, crc)
-    return pread_chunks(fd, end, start=piece.offset) if f"{crc:08x}" == piece.crc else None
+class Blocks:
+    """The blocks of OUT that a read has checked by their CRC: each read (and checked) once,
+    however many tasks' pieces lie in it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._checked: dict[tuple[int, int], bool] = {}
+
+    def whole(self, piece: Piece) -> bool:
+        """Whether the block the piece lies in holds the bytes its end row wrote."""
+        block = piece.block
+        if block.crc < 0:
+            return True  # a row of a release before checksums: taken as it is
+        known = (block.offset, block.length)
+        got = self._checked.get(known)
+        if got is None:
+            crc = 0
+            end = block.offset + block.length
+            for chunk in pread_chunks(self.fd, end, start=block.offset):
+                crc = zlib.crc32(chunk, crc)
+            got = self._checked[known] = crc == block.crc
+        return got
+
+
+def piece_chunks(fd: int, piece: Piece, blocks: Blocks | None = None) -> Iterator[bytes] | None:
+    """A claimed piece's bytes, once the CRC of its block says they are the ones its task
+    wrote; None when they are not (OUT was changed in place since: edited, or emptied and
+    written again)."""
+    if not (blocks or Blocks(fd)).whole(piece):
+        return None
+    return pread_chunks(fd, piece.offset + piece.length, start=piece.offset)
 
 
 def warn_untrusted(path: str, untrusted: list[tuple[int, str]]) -> None:
@@ -134,8 +148,9 @@ def committed_chunks(
             return
         yield from pread_chunks(fd, c.header)
         untrusted = list(c.untrusted)
+        blocks = Blocks(fd)
         for piece in c.parts:
-            chunks = piece_chunks(fd, piece)
+            chunks = piece_chunks(fd, piece, blocks)
             if chunks is None:
                 untrusted.append((piece.tasknum, "OUT was changed in place since"))
                 continue

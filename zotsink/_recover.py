@@ -33,7 +33,9 @@ from ._core.records import format_for
 from ._core.sidefiles import JOURNAL_SUFFIX, find_spills, host_name
 from ._core.spilltake import Refused, check_spill_names, locked_spill, open_side
 from ._core.writer import Writer, seen_first_line
-from ._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS
+from ._ledger.format import header_format
+from ._ledger.read import restamp
+from ._ledger.v1 import COLUMNS as V1_COLUMNS
 
 __all__ = ["RecoverReport", "recover"]
 
@@ -44,9 +46,15 @@ _JOURNAL_MAX: Final = 4096
 #: these is a header in OUT and in a spill file (the ledger of ``zotsink run``, as older and
 #: newer releases write it).
 _KNOWN_HEADERS: Final = (
-    "\t".join(LEDGER_COLUMNS).encode() + b"\n",
-    "\t".join((*LEDGER_COLUMNS, *LATER_COLUMNS)).encode() + b"\n",
+    "\t".join(V1_COLUMNS[:16]).encode() + b"\n",
+    "\t".join(V1_COLUMNS).encode() + b"\n",
 )
+
+
+def _known_header(line: bytes) -> bool:
+    """Whether ``line`` is a header known by its content: a ledger's, of any format."""
+    found = header_format(line)
+    return line in _KNOWN_HEADERS or (found is not None and found[0] >= 2)
 
 
 def _sha256(data: bytes = b"") -> Any:
@@ -210,6 +218,8 @@ class _Claim:
         self.first = data[: nl + 1] if nl >= 0 else b""
         self.table = table
         self.skipped_header = False
+        self.ledger: str | None = None  # OUT, when it is a ledger of format 2 (rows stamped)
+        self.coherent = False
 
     def repeats_header(self, fd: int, st: os.stat_result) -> bool:
         """Whether the spill file's first line is a header OUT already starts with, from
@@ -226,7 +236,7 @@ class _Claim:
             return False
         if seen_first_line(fd, st.st_size) != self.first:
             return False
-        if self.first in _KNOWN_HEADERS:
+        if _known_header(self.first):
             return True
         return self.table and first_is_header(self.first, st.st_size)
 
@@ -236,6 +246,9 @@ class _Claim:
         if self.repeats_header(fd, st):
             data = data[len(self.first) :]
             self.skipped_header = True
+        if self.ledger is not None:
+            # a ledger's rows carry the state after them: stamped here, under its lock
+            data = restamp(self.ledger, fd, st.st_size, data, coherent=self.coherent)
         # The writer may put one newline before ``data`` (a torn tail): the journal names
         # the offset without it, and _Journal.proves looks at both places.
         note = f"{self.digest} {st.st_dev} {st.st_ino} {st.st_size} {len(data)} "
@@ -264,8 +277,12 @@ def _recover_one(
             if not data.endswith(b"\n"):
                 data += b"\n"
             claim = _Claim(journal, data, table)
+            found = header_format(claim.first) if claim.first else None
+            if found is not None and found[0] >= 2:
+                claim.ledger = out
             try:
                 with Writer(out, lock=lock, sync="fsync", prepare=claim) as w:
+                    claim.coherent = w.coherent
                     written = w.append(data, timeout=timeout)
                 records = data.count(b"\n") - (1 if claim.skipped_header else 0)
             except _Skip:

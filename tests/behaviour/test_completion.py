@@ -145,8 +145,8 @@ def test_state_values_complete_as_a_comma_list(cwd: Path) -> None:
     assert bash_complete([*words, "failed,ne"], cwd) == ["failed,never"]
     offered = bash_complete([*words, "ok,"], cwd)
     assert offered == [
-        "ok,failed", "ok,killed", "ok,timeout", "ok,interrupted", "ok,given-up", "ok,running",
-        "ok,lost", "ok,never",
+        "ok,failed", "ok,killed", "ok,timeout", "ok,oom", "ok,interrupted", "ok,given-up",
+        "ok,running", "ok,claimed", "ok,lost", "ok,never",
     ]  # fmt: skip
 
 

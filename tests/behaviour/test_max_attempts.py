@@ -4,19 +4,19 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shlex
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from zotsink._ledgerfile import read_ledger
+from tests.ledgers import Book, ledger_rows
+from zotsink._ledger.read import Snapshot
+from zotsink._ledger.view import LedgerView
 from zotsink._run.ledger import Ledger
-from zotsink._run.states import read_begin, states_of
+from zotsink._run.queue import Candidate
 from zotsink._run.tasks import Task
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
@@ -26,9 +26,7 @@ FAIL_BAD = ["sh", "-c", 'if [ "$0" = bad ]; then echo "bad input $0" >&2; exit 3
 
 
 def starts(path: Path, key: str) -> int:
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return sum(r["event"] == "start" and r["key"] == key for r in rows)
+    return sum(r["event"] == "start" and r["key"] == key for r in ledger_rows(path))
 
 
 def test_a_task_that_always_fails_is_given_up_across_runs(tmp_path: Path, zotsink: Run) -> None:
@@ -69,36 +67,41 @@ def test_a_task_that_always_fails_is_given_up_across_runs(tmp_path: Path, zotsin
     assert starts(ledger, "bad") == 4
 
 
+def _view(path: Path, max_attempts: int) -> LedgerView:
+    view = LedgerView({1: "a"})
+    with Snapshot(path) as snap:
+        view.feed(snap.rows())
+    view.settle(None, max_attempts=max_attempts)
+    return view
+
+
 def test_interrupted_attempts_do_not_count(tmp_path: Path) -> None:
     path = tmp_path / "l"
-    book = Ledger(path, env={})
-    rows = []
+    book = Book(path)
     for attempt, status in enumerate(("failed", "interrupted", "timeout", "interrupted"), 1):
-        rows += [book.start_row(1, "a", attempt), book.end_row(1, "a", attempt, status=status)]
-    book.append(rows)
-    keys = {1: "a"}
-    assert states_of(keys, read_ledger(path), max_attempts=2)[1].state == "interrupted"
-    book.append([book.start_row(1, "a", 5), book.end_row(1, "a", 5, status="killed")])
-    state = states_of(keys, read_ledger(path), max_attempts=3)[1]
-    assert (state.state, state.failures) == ("given-up", 3)
-    book.close()
+        book.claim(1, attempt, "a").begin(1, attempt).end(1, attempt, status=status, code="1")
+    book.write()
+    assert _view(path, 2).state(1) == "interrupted"
+    book.claim(1, 5, "a").begin(1, 5).end(1, 5, status="killed", code="SIGKILL")
+    book.write()
+    view = _view(path, 3)
+    assert (view.state(1), view.failures[1]) == ("given-up", 3)
 
 
 def test_given_up_is_decided_under_the_lock(tmp_path: Path) -> None:
-    """A run that looked before another run's third failure does not start the task."""
+    """A run that looked before another run's third failure does not start the task: its
+    claim by name finds the task claimed since (its attempt moved) and drops it."""
     path = tmp_path / "l"
-    keys = {1: "a"}
-    late = Ledger(path, env={})
-    states, seen, _ = read_begin(path, keys)
-    late.begin(keys, states, seen, rerun=False, max_attempts=3)
-    other = Ledger(path, env={})
-    rows = []
+    (tmp_path / "tasks.txt").write_text("a\n")
+    late = Ledger(path, tasks=str(tmp_path / "tasks.txt"), env={})
+    late.open()
+    other = Book(path)
     for attempt in (1, 2, 3):
-        rows += [other.start_row(1, "a", attempt), other.end_row(1, "a", attempt, status="failed")]
-    other.append(rows)
-    other.close()
-    picked, dropped = late.claim(deque([Task(1, "a")]), 1, [])
-    assert (picked, dropped, late.given_up) == ([], [Task(1, "a")], {1})
+        other.claim(1, attempt, "a").begin(1, attempt).end(1, attempt, "failed", "1")
+    other.write()
+    got = late.claim(1, [Candidate(Task(1, "a"), 1)], cursor=False, closed_lines=None)
+    assert got.tasks == [] and [c.task for c in got.dropped] == [Task(1, "a")]
+    assert _view(path, 3).state(1) == "given-up"
     late.close()
 
 

@@ -7,7 +7,6 @@ tasks say they have started by creating a file, and the tests wait for those fil
 
 from __future__ import annotations
 
-import csv
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
 from zotsink._core.stop import STOP_LOCK_TIMEOUT
 
 Proc = subprocess.Popen[bytes]
@@ -26,6 +26,7 @@ Proc = subprocess.Popen[bytes]
 # forwarded signal), notes that in a file, and exits; task "quick" exits at once.
 TASK = r"""
 import os, signal, sys, time
+
 item = sys.argv[1]
 def stop(signum, frame):
     with open(f"stopped.{item}", "w") as f:
@@ -42,11 +43,6 @@ deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
     time.sleep(0.05)
 """
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def spills(d: Path, name: str) -> list[Path]:

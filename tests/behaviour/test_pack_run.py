@@ -8,7 +8,6 @@ attempts the test chooses.
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 import tarfile
@@ -16,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.ledgers import ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -59,8 +60,7 @@ def _run(zotsink: Run, tmp_path: Path, kind: str, ok: str, *opts: str) -> None:
 
 
 def _ends(tmp_path: Path) -> list[tuple[str, str, str]]:
-    with open(tmp_path / "out.txt.ledger", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = ledger_rows(tmp_path / "out.txt.ledger")
     return [(r["key"], r["attempt"], r["status"]) for r in rows if r["event"] == "end"]
 
 

@@ -7,19 +7,15 @@ counts; the ledger is read as the TSV it is, with the stdlib only.
 from __future__ import annotations
 
 import collections
-import csv
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def write_tasks(path: Path, n: int, extra: str = "") -> Path:

@@ -8,7 +8,6 @@ that the tests can count calls and imports per process.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import zotsink as zs
+from tests.ledgers import ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -30,6 +30,7 @@ ZOTSINK = [sys.executable, "-m", "zotsink"]
 # One module of functions for every test: each notes its import (pid) and its calls.
 FUNCS = r"""
 import os, sys, time
+
 with open("imports", "a") as f:
     f.write(f"{os.getpid()}\n")
 
@@ -109,11 +110,6 @@ def _run(d: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProce
     return subprocess.run(
         [*ZOTSINK, *args], cwd=d, capture_output=True, env=_env(), timeout=timeout, check=False
     )
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def ends(d: Path, out: str = "out.tsv") -> dict[str, list[dict[str, str]]]:

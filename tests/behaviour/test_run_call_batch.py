@@ -10,7 +10,6 @@ while a call was under way.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -22,10 +21,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
 FUNCS = r"""
 import os, sys, time
+
 
 
 def note(line):
@@ -60,11 +62,7 @@ def tasks(d: Path, lines: list[str]) -> None:
 
 
 def rows(d: Path) -> list[dict[str, str]]:
-    path = d / "out.tsv.ledger"
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return ledger_rows(d / "out.tsv.ledger")
 
 
 def ends(d: Path) -> dict[str, list[dict[str, str]]]:
@@ -194,7 +192,7 @@ def _cat(d: Path) -> list[str]:
 def test_results_and_prints_are_credited_by_task_not_by_place() -> None:
     from zotsink._run.worker import Worker, _Prints
 
-    queued = deque([("a", 3, 1), ("b", 4, 1), ("c", 5, 2)])
+    queued = deque([(3, 1), (4, 1), (5, 2)])
     w = SimpleNamespace(pid=100, sent=(3, 1), queued=queued)
     assert Worker.refusal(w, ("done", 100, 3, 1, [])) is None  # type: ignore[arg-type]
     # the second task of the batch while the first is under way: refused
@@ -214,7 +212,7 @@ def test_results_and_prints_are_credited_by_task_not_by_place() -> None:
 
     times: list[tuple[tuple[int, int], float]] = []
     holder = SimpleNamespace(
-        holds=lambda n, a: any((n, a) == q[1:] for q in queued),
+        holds=lambda n, a: any((n, a) == q for q in queued),
         took=lambda call, seconds: times.append((call, seconds)),
     )
     mark = b"\0zotsink 0123456789abcdef "

@@ -5,7 +5,6 @@ NumPy scalars)."""
 
 from __future__ import annotations
 
-import csv
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import zotsink as zs
+from tests.ledgers import ledger_rows
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -24,8 +24,7 @@ def _env() -> dict[str, str]:
 
 
 def _ends(d: Path) -> dict[str, dict[str, str]]:
-    with open(d / "out.tsv.ledger", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = ledger_rows(d / "out.tsv.ledger")
     return {r["key"]: r for r in rows if r["event"] == "end"}
 
 

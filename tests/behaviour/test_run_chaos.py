@@ -10,7 +10,6 @@ a second holder notes a file in ``double/``. Real processes; waits are on files,
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.behaviour.waiting import wait_for
+from tests.ledgers import ledger_rows
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -120,9 +120,7 @@ def committed(d: Path) -> list[str]:
 
 
 def ledger(d: Path) -> list[dict[str, str]]:
-    csv.field_size_limit(1 << 24)
-    with open(d / "out.tsv.ledger", newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return ledger_rows(d / "out.tsv.ledger")
 
 
 def ok_keys(d: Path) -> Counter[str]:

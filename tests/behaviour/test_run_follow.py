@@ -14,6 +14,7 @@ import pytest
 
 from tests.behaviour.test_run_pull import WITNESS, committed, env, no_double, ran, start
 from tests.behaviour.waiting import wait_for
+from tests.ledgers import ledger_rows
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -42,8 +43,8 @@ def add(d: Path, data: str) -> None:
 
 def start_rows(d: Path) -> dict[str, str]:
     """Task line -> its task number, as the start rows name them."""
-    rows = (ln.split("\t") for ln in (d / "out.txt.ledger").read_text().splitlines())
-    return {r[3]: r[2] for r in rows if r[0] == "start"}
+    rows = ledger_rows(d / "out.txt.ledger")
+    return {r["key"]: r["tasknum"] for r in rows if r["event"] == "start"}
 
 
 def test_follow_takes_bursts_each_once_and_ends_on_idle(d: Path, procs: list) -> None:

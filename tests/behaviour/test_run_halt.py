@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-import csv
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+from tests.ledgers import ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 #: Every task fails alike: its file is looked for in a directory that is not there.
@@ -14,9 +15,7 @@ WRONG_PATH = ("--", "python3", "-c", "import sys; open('nope/' + sys.argv[1])")
 
 
 def ends(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        return [r for r in rows if r["event"] == "end"]
+    return [r for r in ledger_rows(path) if r["event"] == "end"]
 
 
 def test_tasks_failing_alike_halt_the_run_and_a_resubmission_after_one(

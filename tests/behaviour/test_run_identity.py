@@ -11,7 +11,6 @@ what the releases share. Real ``zotsink`` processes throughout.
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from collections import Counter
@@ -20,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
 # One record per task: its line and a number; "rotate" first waits for the end rows of
 # tasks 1 and 2 (their pieces are in OUT then), renames OUT as logrotate does, then prints.
 TASK = r"""
 import os, sys, time
+
 item = sys.argv[1]
 if item == "rotate":
     end = time.monotonic() + 60
@@ -39,11 +41,6 @@ if item == "rotate":
 print(f"{item}\t{len(item)}", flush=True)
 """
 CMD = ("--columns", "item,n", "--", sys.executable, "task.py")
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def ok_rows(d: Path) -> Counter[str]:

@@ -9,7 +9,6 @@ real cluster in tests/cluster/.)
 
 from __future__ import annotations
 
-import csv
 import os
 import shlex
 import signal
@@ -21,16 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 JOBS = Path(__file__).resolve().parents[2] / "scripts" / "jobs"
 PROCESS = """#!/bin/sh
 [ -e "fail.$1" ] && { echo "no luck with $1" >&2; exit 4; }
 echo "item:$1 size:${#1}"
 """
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 @pytest.fixture

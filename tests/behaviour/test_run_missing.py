@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zotsink._ledgerfile import LEDGER_COLUMNS
-from zotsink._run.ledger import Ledger
+from tests.ledgers import Book
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 N = 27000
@@ -33,23 +32,21 @@ def ledger(tmp_path: Path) -> tuple[Path, Path, dict[int, str]]:
     kinds = ["failed", "lost", "interrupted", "never"]
     bad = {n: rng.choice(kinds) for n in rng.sample(range(1, N + 1), 50)}
     path = tmp_path / "out.tsv.ledger"
-    book = Ledger(path, env={"SLURM_ARRAY_JOB_ID": "4242"})
-    rows = []
+    book = Book(path, job="4242")
+    dead = Book(path, job="4242", pid=999999999, start="1")  # a run process that is gone
     for n in range(1, N + 1):
         key = f"img_{n:05d}.jpg"
         state = bad.get(n, "ok")
         if state == "never":
             continue
-        start = book.start_row(n, key, 1)
-        if state == "lost":  # its start row says a run process that is gone wrote it
-            cols = start.split(b"\t")
-            cols[LEDGER_COLUMNS.index("pid")] = b"999999999"
-            start = b"\t".join(cols)
-        rows.append(start)
-        if state != "lost":
-            rows.append(book.end_row(n, key, 1, status=state, exit=0 if state == "ok" else 1))
-    book.append(rows)
-    book.close()
+        if state == "lost":  # claimed and begun by the run that is gone: no end
+            dead.claim(n, 1, key).begin(n, 1, pid=999999999, start="1")
+            continue
+        book.claim(n, 1, key).begin(n, 1).end(
+            n, 1, status=state, code="0" if state == "ok" else "1"
+        )
+    book.write()
+    dead.write()
     return tasks, path, bad
 
 

@@ -8,7 +8,6 @@ test's, not zotsink's), so that the tests can count how often each really ran.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import zotsink as zs
+from tests.ledgers import ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -30,6 +30,7 @@ Run = Callable[..., subprocess.CompletedProcess[bytes]]
 # their first attempt after printing; argv[1] is a pause, so that tasks overlap.
 TASK = r"""
 import os, sys, time
+
 pause, item = float(sys.argv[1]), sys.argv[2]
 os.makedirs("ran", exist_ok=True)
 open(f"ran/{item}.{os.getpid()}", "w").close()
@@ -39,11 +40,6 @@ for i in range(3):
 if item.startswith("fail") and os.environ["ZOTSINK_ATTEMPT"] == "1":
     sys.exit(3)
 """
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def expected(items: list[str]) -> list[str]:

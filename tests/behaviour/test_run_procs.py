@@ -8,7 +8,6 @@ Real processes throughout; waits are on files the tasks write and on processes g
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from waiting import wait_for
 
 import zotsink as zs
+from tests.ledgers import ledger_rows
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -75,9 +75,7 @@ def _popen(d: Path, *args: str) -> subprocess.Popen[bytes]:
 
 
 def ends(d: Path, out: str = "out.tsv") -> dict[str, list[dict[str, str]]]:
-    csv.field_size_limit(1 << 24)  # a ledger row holds its task's line, long ones too
-    with open(d / f"{out}.ledger", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    rows = ledger_rows(d / f"{out}.ledger")
     got: dict[str, list[dict[str, str]]] = {}
     for r in rows:
         if r["event"] == "end":

@@ -8,6 +8,7 @@ must outlast a moment wait on files the test creates (events, not sleeps).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.behaviour.waiting import wait_for
+from tests.ledgers import ledger_rows
 from zotsink._run import alive
-from zotsink._run.alive import process_alive
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
@@ -174,23 +175,31 @@ def test_a_sigkilled_runs_tasks_are_finished_by_a_live_pull_run(d: Path, procs: 
     live = start(d, "--pull", "--jobs", "2", index=2, cmd=shell)
     procs.append(live)
     wait_for(lambda: len(committed(d)) == 9, live, "ran the other tasks", 120)
-    note = next(
-        ln.split("\t")
-        for ln in (d / "out.txt.ledger").read_text().splitlines()
-        if ln.startswith("start\t") and "\tslow1\t" in ln
-    )
+    (begin,) = [
+        e
+        for e in ledger_rows(d / "out.txt.ledger", every=True)
+        if e["event"] == "begin" and e["key"] == "slow1"
+    ]
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
-    # the run is gone, its task is not: the run still counts as alive
-    pid, proc_note = note[8], note[15]
-    assert process_alive(pid, proc_note) is True
+    # the run is gone, its task is not: the task's own process lives, so it counts as running
+    pid, started = begin["process"].split(":")
+    assert alive.process_alive(pid, alive.PROC_START + started) is True
+    st = json.loads(
+        subprocess.run(
+            [*ZOTSINK, "status", "tasks.txt", "out.txt", "--json"],
+            cwd=d,
+            env=env(),
+            capture_output=True,
+        ).stdout
+    )
+    assert st["counts"]["running"] == 1
     assert live.poll() is None
     (d / "release").touch()  # the orphan ends; then the live run runs slow1 again
     _out, err = live.communicate(timeout=120)
     assert live.returncode == 0, err
     assert "1 tasks of runs that died were run here" in err
-    alive._survivors.clear()  # this process's own look a moment ago still serves
-    assert process_alive(pid, proc_note) is False
+    assert alive.process_alive(pid, alive.PROC_START + started) is False
     assert sorted(committed(d)) == sorted(items)  # each once, slow1 from the live run
     assert ran(d)["slow1"] == 2
     no_double(d)

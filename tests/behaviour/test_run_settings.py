@@ -3,7 +3,6 @@ and base, and a resubmission called otherwise is refused before anything runs.""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -12,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 @pytest.fixture

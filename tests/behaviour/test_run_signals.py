@@ -7,7 +7,6 @@ the test waits for those files (events), never for a fixed time.
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import signal
 import subprocess
@@ -16,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.ledgers import ledger_rows
 
 # Prints its first line, says so with a file, then works until stopped. Task "stubborn"
 # ignores SIGUSR2 (and so must be escalated to SIGTERM).
@@ -32,11 +33,6 @@ while time.monotonic() < deadline:
     time.sleep(0.05)
 print(f"{item} finished", flush=True)
 """
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def wait_for_files(directory: Path, prefix: str, n: int, proc: subprocess.Popen) -> list[Path]:

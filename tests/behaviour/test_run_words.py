@@ -4,18 +4,14 @@ its own pipes."""
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.ledgers import ledger_rows
+
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
-
-
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
 def test_an_all_ok_run_ends_with_one_line(tmp_path: Path, zotsink: Run) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from realusers import User, make_users, needs_root, remove_tree, sticky_dir
 
-from zotsink._ledgerfile import LEDGER_COLUMNS
+from zotsink._ledger.v1 import COLUMNS as V1_COLUMNS
 
 pytestmark = needs_root
 
@@ -66,7 +66,7 @@ def write_tasks(victim: User, shared: str, lines: str) -> None:
 def test_a_planted_ledger_with_forged_ok_rows_is_refused(users, shared: str) -> None:
     victim, attacker = users
     write_tasks(victim, shared, "a\nb\nc\n")
-    head = "\t".join(LEDGER_COLUMNS) + "\n"
+    head = "\t".join(V1_COLUMNS[:16]) + "\n"  # a ledger of zotsink 0.1: read all the same
     forged = "".join(
         f"end\t2026-11-24T10:00:00.000000Z\t{n}\t{k}\t1\t\t\th\t1\tok\t0\t\t0.1\t1\t2\t\n"
         for n, k in ((1, "a"), (2, "b"), (3, "c"))

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from waiting import wait_for
 
-from zotsink._ledgerfile import LEDGER_COLUMNS
-from zotsink._run.ledger import Ledger
+from tests.ledgers import Book
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 NO_ARRAY = {
@@ -67,11 +66,8 @@ def test_watch_ends_when_the_scheduler_no_longer_has_the_job(
 ) -> None:
     """A start row of a run on another host: its job is asked about at every redraw."""
     (tmp_path / "tasks.txt").write_text("a\nb\n")
-    book = Ledger(tmp_path / "out.txt.ledger", env={"SLURM_ARRAY_JOB_ID": "4711"})
-    start = book.start_row(1, "a", 1).split(b"\t")
-    start[LEDGER_COLUMNS.index("host")] = b"another-node"
-    book.append([b"\t".join(start)])
-    book.close()
+    book = Book(tmp_path / "out.txt.ledger", host="another-node", hostid="x.1", job="4711")
+    book.claim(1, 1, "a").begin(1, 1, pid=1, start="1").write()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # squeue lists job 4711 while the file `queued` exists
@@ -102,11 +98,8 @@ echo RUNNING
 
 def hanging_scheduler(tmp_path: Path, child_env: Callable[..., dict[str, str]]) -> dict[str, str]:
     (tmp_path / "tasks.txt").write_text("a\n")
-    book = Ledger(tmp_path / "out.txt.ledger", env={"SLURM_ARRAY_JOB_ID": "4711"})
-    start = book.start_row(1, "a", 1).split(b"\t")
-    start[LEDGER_COLUMNS.index("host")] = b"another-node"
-    book.append([b"\t".join(start)])
-    book.close()
+    book = Book(tmp_path / "out.txt.ledger", host="another-node", hostid="x.1", job="4711")
+    book.claim(1, 1, "a").begin(1, 1, pid=1, start="1").write()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "squeue").write_text(HANGING_SQUEUE)
@@ -134,9 +127,8 @@ def test_watch_redraws_while_the_scheduler_hangs_and_ends(
             assert b"scheduler: no answer in" in line, line
         assert not (tmp_path / "release").exists() and w.poll() is None
         # the task ends: the next frame shows it, whatever squeue does, and the watch ends
-        book = Ledger(tmp_path / "out.txt.ledger", env={"SLURM_ARRAY_JOB_ID": "4711"})
-        book.append([book.end_row(1, "a", 1, status="ok", exit=0, seconds=1.0)])
-        book.close()
+        book = Book(tmp_path / "out.txt.ledger", host="another-node", hostid="x.1", job="4711")
+        book.end(1, 1, status="ok", seconds=1.0).write()
         _, rest = w.communicate(timeout=60)
     finally:
         (tmp_path / "release").touch()

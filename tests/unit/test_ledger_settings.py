@@ -7,9 +7,10 @@ from collections import deque
 from pathlib import Path
 
 import pytest
+from zotsink._ledgerfile import read_ledger
+from zotsink._run.states import read_begin, states_of
 
 from zotsink import UsageError
-from zotsink._ledgerfile import read_ledger
 from zotsink._run.ledger import Ledger
 from zotsink._run.settings import (
     check_news_settings,
@@ -17,7 +18,6 @@ from zotsink._run.settings import (
     settings_conflict,
     settings_note,
 )
-from zotsink._run.states import read_begin, states_of
 from zotsink._run.tasks import Task
 
 A = {"chunk": "10", "base": "1", "format": "tsv", "command": "echo", "tasks": "t.txt"}

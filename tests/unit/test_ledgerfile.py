@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from zotsink._ledgerfile import LedgerScan, claims, read_ledger, row_blocks
+from zotsink._run.states import LedgerTally, read_begin
 
 import zotsink
 from zotsink import _ledgerfile
 from zotsink._core.records import MAX_LINE
-from zotsink._ledgerfile import LedgerScan, claims, read_ledger, row_blocks
 from zotsink._run.ledger import Ledger
-from zotsink._run.states import LedgerTally, read_begin
 from zotsink._run.tasks import Task
 
 PACKAGE = Path(zotsink.__file__).parent

@@ -8,15 +8,15 @@ from collections import deque
 from pathlib import Path
 
 import pytest
+from zotsink._ledgerfile import claims, read_ledger
+from zotsink._run.control import Control, control_event, fold_rows, read_control
+from zotsink._run.states import LedgerTally, read_begin, states_of
 
 from zotsink import UsageError, verify
-from zotsink._ledgerfile import claims, read_ledger
 from zotsink._run.close import close_tasks, stop_runs
-from zotsink._run.control import Control, control_event, fold_rows, read_control
 from zotsink._run.ledger import Ledger
 from zotsink._run.report import read_attempts
 from zotsink._run.runs import read_runs
-from zotsink._run.states import LedgerTally, read_begin, states_of
 from zotsink._run.status import failed_tasks, ledger_missing, task_status
 from zotsink._run.tasks import Task
 

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
+from zotsink._run.states import states_of
 
 from zotsink import InputError
-from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
 from zotsink._run.ledger import Ledger
-from zotsink._run.states import states_of
 
 ENV = {"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3"}
 
@@ -108,6 +108,7 @@ def test_a_task_the_run_did_not_know_when_it_began_is_claimed_by_its_whole_histo
     from collections import deque
 
     from zotsink._run.states import read_states
+
     from zotsink._run.tasks import Task
 
     path = tmp_path / "l"
@@ -153,10 +154,11 @@ def test_rows_a_network_client_cannot_read_yet_are_never_passed_by(
     under) takes what it could read and leaves the rest for the next look."""
     from collections import deque
 
+    from zotsink._run.states import read_states
+
     from zotsink import WriteError
     from zotsink._core import fileio
     from zotsink._run import ledger as ledger_module
-    from zotsink._run.states import read_states
     from zotsink._run.tasks import Task
 
     # Counted tries, not a budget of time: on a loaded machine three short reads and their
@@ -208,8 +210,9 @@ def test_a_run_s_first_look_names_only_the_rows_it_read_as_seen(
 ) -> None:
     """The snapshot a run begins with: when the read stops short of the size (a network
     client), the run's news start where the read stopped, not at the size."""
-    from zotsink._core import fileio
     from zotsink._run.states import read_states
+
+    from zotsink._core import fileio
 
     path = tmp_path / "l"
     book = Ledger(path, env={})
@@ -269,8 +272,9 @@ def test_news_read_before_the_lock_count_as_news_read_under_it(tmp_path: Path, l
     also for tasks the run got after it began (``late``), whose rows the look passed by."""
     from collections import deque
 
-    from zotsink._run.ledger import LOOK_AHEAD
     from zotsink._run.states import read_states
+
+    from zotsink._run.ledger import LOOK_AHEAD
     from zotsink._run.tasks import Task
 
     path = tmp_path / "l"
@@ -306,8 +310,9 @@ def test_a_look_that_reads_short_reads_the_rest_at_the_next(
     to the end it cached): the rows a look did not read whole are news at the next look."""
     from collections import deque
 
-    import zotsink._run.ledger as ledger_module
     from zotsink._run.states import read_states
+
+    import zotsink._run.ledger as ledger_module
     from zotsink._run.tasks import Task
 
     path = tmp_path / "l"

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-
 from zotsink._ledgerfile import LedgerRow
+from zotsink._run.states import TaskState, given_up, read_begin
+
 from zotsink._run.ledger import Ledger
 from zotsink._run.queue import ChunkSource, FollowSource, PullSource, TaskQueue, verdict
-from zotsink._run.states import TaskState, given_up, read_begin
 from zotsink._run.tasks import Task, task_of
 
 T = [Task(n, f"line {n}") for n in range(1, 8)]

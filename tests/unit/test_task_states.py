@@ -21,12 +21,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from zotsink._core.records import Encoder
 from zotsink._ledgerfile import END_STATES, LATER_COLUMNS, LEDGER_COLUMNS, read_ledger
-from zotsink._run.alive import PROC_START, proc_start
 from zotsink._run.control import read_control
-from zotsink._run.ledger import Ledger
 from zotsink._run.states import (
     LedgerTally,
     TaskState,
@@ -35,6 +31,10 @@ from zotsink._run.states import (
     settle,
     states_of,
 )
+
+from zotsink._core.records import Encoder
+from zotsink._run.alive import PROC_START, proc_start
+from zotsink._run.ledger import Ledger
 
 HERE = os.uname().nodename
 COLUMNS = (*LEDGER_COLUMNS, *LATER_COLUMNS)

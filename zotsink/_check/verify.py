@@ -18,6 +18,11 @@ the same rule ``append`` refuses lines by (:func:`zotsink._core.records.line_fau
 ``empty``     an empty line
 ``duplicate`` the exact bytes of an earlier good line
 
+A ledger of ``zotsink run`` (format 2: its first line names the format) is checked row by
+row instead: a line that is no whole row (its CRC does not match) is a ``torn`` row, one
+that ends the ledger without a newline a ``fragment``; every reader passes both by, and no
+repair is made (every whole row carries what it says on its own).
+
 A repair (``--repair``) is made by :mod:`.repair`.
 """
 
@@ -28,8 +33,8 @@ from typing import Any
 
 from .._core.records import format_for
 from .._core.snapshot import snapshot
-from .._ledgerfile import OutFile
-from .._read import committed_parts, piece_chunks
+from .._ledger.pieces import OutFile
+from .._read import Blocks, committed_parts, piece_chunks
 from ..errors import InputError, UsageError
 from .check import check
 from .repair import repair_locked
@@ -56,6 +61,14 @@ def verify(
     the check finds something it can move; the report returned is then the repair's.
     """
     p = os.fspath(path)
+    if format in (None, "auto") and _ledger_format(p) >= 2:
+        if repair:
+            raise UsageError(
+                f"{p} is a ledger of zotsink run: every whole row says what it says on its "
+                "own and readers pass torn ones by; it needs no repair (nothing was changed)",
+                path=p,
+            )
+        return _verify_ledger(p, lock=lock, timeout=timeout, keep=keep)
     fmt = format_for(p, format)
     if format in (None, "auto") and p.endswith(".ledger"):
         fmt = "tsv"  # a ledger of `zotsink run`: a TSV whose first line is its header
@@ -74,8 +87,9 @@ def verify(
         if c is not None:
             claimed = c.header > 0 and has_header
             report.untrusted = list(c.untrusted)
+            blocks = Blocks(fd)
             for piece in c.parts:
-                chunks = piece_chunks(fd, piece)
+                chunks = piece_chunks(fd, piece, blocks)
                 if chunks is None:
                     report.untrusted.append((piece.tasknum, "OUT was changed in place since"))
                     continue
@@ -105,3 +119,45 @@ def refuse_repair(p: str) -> str:
 def repair(path: str | os.PathLike[str], **options: Any) -> VerifyReport:
     """Same as ``verify(path, repair=True, **options)``."""
     return verify(path, repair=True, **options)
+
+
+def _ledger_format(path: str) -> int:
+    """The format of a ledger at ``path`` by its first line (0: none, or not a ledger)."""
+    from .._ledger.format import header_format
+
+    try:
+        with open(path, "rb") as f:
+            found = header_format(f.readline(4096))
+    except OSError:
+        return 0
+    return found[0] if found is not None else 0
+
+
+def _verify_ledger(path: str, *, lock: str, timeout: float, keep: int) -> VerifyReport:
+    """A format 2 ledger checked row by row: each line after the header a whole row."""
+    from .._core.fileio import pread_chunks
+    from .._ledger.format import crc_cut
+    from .._ledger.read import row_blocks, rows_in
+    from .report import Problem
+
+    report = VerifyReport(path, "ledger")
+    fd, size = snapshot(path, lock=lock, timeout=timeout)
+    try:
+        report.bytes = size
+        lineno = 0
+        end = 0
+        for offset, block in row_blocks(pread_chunks(fd, size, 1 << 22)):
+            for line in rows_in(block):
+                lineno += 1
+                if lineno > 1 and crc_cut(line) < 0:
+                    report.add(Problem(lineno, "torn", "not a whole row: passed by"), keep)
+                elif lineno > 1:
+                    report.records += 1
+            end = offset + len(block)
+        report.lines = lineno
+        if end < size:  # a last line without its newline: a row being written, or torn
+            report.lines += 1
+            report.add(Problem(lineno + 1, "fragment", "no newline at the end"), keep)
+    finally:
+        os.close(fd)
+    return report

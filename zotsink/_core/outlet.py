@@ -203,6 +203,11 @@ class Outlet:
         self.records += count
         return None
 
+    def saved(self, block: Block, count: int, e: ZotsinkError) -> ZotsinkError:
+        """Save a block its caller could not append (``e`` says why) where the user will
+        look, as :meth:`write` does; the error, saying where."""
+        return self._saved(block, count, e)
+
     def _saved(self, block: Block, count: int, e: ZotsinkError) -> ZotsinkError:
         """Save a block OUT did not take where the user will look; the error, saying where."""
         whole = isinstance(block, (bytes, memoryview))

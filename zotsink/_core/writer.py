@@ -164,6 +164,12 @@ class Writer:
         _live_writers.add(self)
 
     @property
+    def coherent(self) -> bool:
+        """Whether the size taken under the lock is the server's (a network or FUSE
+        filesystem, fsynced): what a hook that reads the file's end must know."""
+        return self._coherent
+
+    @property
     def header(self) -> bytes | None:
         """The header line this writer puts first into an empty OUT (None: no header)."""
         return self._header

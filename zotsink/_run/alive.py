@@ -23,14 +23,16 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "ANSWER_TTL",
     "PROC_START",
     "RUN_VAR",
     "SCHEDULER_WAIT",
+    "Judge",
     "forget_jobs",
+    "host_identity",
     "job_alive",
     "job_end",
     "pbs_alive",
@@ -38,6 +40,7 @@ __all__ = [
     "pbs_fields",
     "proc_start",
     "process_alive",
+    "qualified_job",
     "run_alive",
     "run_mark",
     "scheduler_wait",
@@ -107,6 +110,120 @@ def _look_for(mark: str) -> bool:
         if env.startswith(want + b"\0") or b"\0" + want + b"\0" in env:
             return True
     return False
+
+
+def host_identity() -> tuple[str, str]:
+    """This host's name and what tells its pid table from any other's: its boot (a pid of
+    before a reboot is no process now) and its pid namespace (two containers with one host
+    name see two tables), as ``BOOT.PIDNS``."""
+    host = os.uname().nodename
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip().replace("-", "")[:12]
+    except OSError:
+        boot = "0"
+    try:
+        ns = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        ns = "0"
+    return host, f"{boot}.{ns}"
+
+
+#: The environment variables that name the cluster a job's id belongs to, per scheduler
+#: (a PBS job's id names its server itself).
+_CLUSTER_VARS: Final = ("SLURM_CLUSTER_NAME", "SGE_CLUSTER_NAME")
+
+
+def qualified_job(job: str, env: Mapping[str, str]) -> str:
+    """A job id as the ledger writes it: ``CLUSTER:JOB`` where the scheduler names its
+    cluster (a site with several clusters has several jobs of one number), else ``JOB``."""
+    if not job:
+        return ""
+    for name in _CLUSTER_VARS:
+        cluster = env.get(name, "")
+        if cluster:
+            return f"{cluster}:{job}"
+    return job
+
+
+def _exact_alive(pid: int, start: str) -> bool:
+    """Whether process ``pid`` lives and started at ``start`` (a pid given to another
+    process since is not it)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError, ValueError):
+        return False
+    except PermissionError:
+        pass  # another user's process: alive, unless its start time says it is another
+    now = proc_start(pid)
+    return now is None or not start or now == start
+
+
+class Judge:
+    """Whether the runs and tasks of a ledger live, asked of this host's pid table where the
+    row's host is this one (same boot, same pid namespace), else of the scheduler that ran
+    the row's job (about the array element). Each run is asked once per judge: make one
+    per look. ``wait``: seconds the scheduler may take in all (None: its own limit; 0: only
+    what it answered before, the question stays out for the next look)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, wait: float | None = 0.0) -> None:
+        self.host, self.hostid = host_identity()
+        self.cluster = qualified_job("x", os.environ if env is None else env)[:-2]
+        self.wait = wait
+
+    def _here(self, run: Any) -> bool | None:
+        """True: the run's pid table is this one; False: surely another host's, or of a
+        boot gone; None: a format 1 row (judged by host name, as that release did)."""
+        if not run.hostid:
+            return None
+        return run.hostid == self.hostid
+
+    def _gone_boot(self, run: Any) -> bool:
+        """The run's host is this one, before a reboot: nothing of it lives."""
+        if not run.hostid or run.host != self.host:
+            return False
+        theirs, mine = run.hostid.partition(".")[0], self.hostid.partition(".")[0]
+        return theirs != mine
+
+    def _scheduler(self, run: Any) -> bool | None:
+        cluster, sep, job = run.job.rpartition(":")
+        if sep and cluster != self.cluster:
+            return None  # a job of another cluster: not this scheduler's to judge
+        name = f"{job}_{run.element}" if job and run.element else job
+        if self.wait is None:
+            return job_alive(name)
+        with scheduler_wait(self.wait):
+            return job_alive(name)
+
+    def run_alive(self, run: Any) -> bool | None:
+        here = self._here(run)
+        if here:
+            return _exact_alive(int(run.pid or 0), run.start)
+        if here is None and run.host == self.host:
+            return process_alive(run.pid, PROC_START + run.start if run.start else "")
+        if self._gone_boot(run):
+            return False
+        return self._scheduler(run)
+
+    def task_alive(self, run: Any, pid: int, start: str) -> bool | None:
+        here = self._here(run)
+        if here:
+            return _exact_alive(pid, start)
+        if here is None and run.host == self.host:
+            return process_alive(str(pid), PROC_START + start if start else "")
+        if self._gone_boot(run):
+            return False
+        element = self._scheduler(run)
+        return None if element else element  # the element lives on: its process is unseen
+
+    def claims_held(self, run: Any) -> bool:
+        if not self._here(run):
+            return False  # another host: a dead element took everything with it
+        if any(_exact_alive(pid, start) for pid, start in run.workers):
+            return True
+        return bool(run.start) and survivors(run_mark(run.pid, run.start))
 
 
 def process_alive(pid: str, note: str = "") -> bool:

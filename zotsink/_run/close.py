@@ -1,24 +1,25 @@
 """``zotsink close`` and ``zotsink stop``: the control rows written into the ledger, under
-its lock and fsynced like every row; what they mean is :mod:`zotsink._run.control`."""
+its lock and fsynced like every row; what they mean is :mod:`zotsink._ledger.control`."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from .._core.snapshot import snapshot
-from .._ledgerfile import CLOSE_EVENT, OPEN_EVENT, STOP_EVENT
+from .._ledger.control import Control
+from .._ledger.read import Snapshot
+from .._ledger.view import LedgerView
 from ..errors import InputError, UsageError
 from .add import count_lines
-from .control import Control, read_control
-from .ledger import Ledger
+from .ledger import write_control
 
-__all__ = ["close_tasks", "stop_runs"]
+__all__ = ["close_tasks", "read_control", "stop_runs"]
 
 
 def _task_list_lines(tasks: str, lock: str, timeout: float) -> int:
     """How many lines the task list has, read under its shared lock (``add`` appends under
-    the exclusive one)."""
+    the exclusive one); a last line without its newline counts: once the list is closed no
+    byte will end it, and the runs take it as it is."""
     if not os.path.isfile(tasks):
         what = "is not a file" if os.path.lexists(tasks) else "does not exist"
         raise InputError(f"task list {tasks} {what}", path=tasks)
@@ -29,11 +30,15 @@ def _task_list_lines(tasks: str, lock: str, timeout: float) -> int:
         os.close(fd)
 
 
-def _append(row: bytes, book: Ledger) -> None:
-    try:
-        book.append([row], spill=False)
-    finally:
-        book.close()
+def read_control(
+    ledger: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+) -> tuple[Control, int]:
+    """The control rows of a snapshot of ``ledger`` folded (none when it does not exist
+    yet), and the snapshot's size."""
+    view = LedgerView()
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
+        return view.control, snap.size
 
 
 def close_tasks(
@@ -55,12 +60,10 @@ def close_tasks(
         return state, False
     if not reopen and state.closed and state.closed_lines == lines:
         return state, False
-    book = Ledger(path, lock=lock, timeout=timeout)
     if reopen:
-        row = book.control_row(OPEN_EVENT)
+        write_control(path, "open", lock=lock, timeout=timeout)
     else:
-        row = book.control_row(CLOSE_EVENT, json.dumps({"lines": str(lines)}))
-    _append(row, book)
+        write_control(path, "close", lines=lines, lock=lock, timeout=timeout)
     state, _size = read_control(path, lock=lock, timeout=timeout)
     return state, True
 
@@ -83,7 +86,7 @@ def stop_runs(
             "(`zotsink run` writes OUT.ledger beside OUT, or the file given with --ledger)",
             path=path,
         )
-    book = Ledger(path, lock=lock, timeout=timeout)
-    _append(book.control_row(STOP_EVENT), book)
+    read_control(path, lock=lock, timeout=timeout)  # a file that is no ledger is refused
+    write_control(path, "stop", lock=lock, timeout=timeout)
     state, _size = read_control(path, lock=lock, timeout=timeout)
     return state

@@ -1,92 +1,101 @@
-"""The ledger as ``zotsink run`` writes it: rows appended under the lock with fsync, and
-the claim of tasks in the same lock hold.
+"""The ledger as ``zotsink run`` writes it: rows appended under the lock, fsynced, and the
+claim of tasks in the same lock hold, reading the ledger's last row, not its history.
 
-The file format and its readers are :mod:`zotsink._ledgerfile`; what rows mean for a task
-is :mod:`zotsink._run.states` (the one fold), and the recorded settings
-:mod:`zotsink._run.settings`. A :class:`Ledger` writes a run's rows (``start`` before a task
-runs, ``end`` after its records are in OUT, ``run`` for its settings) and, under the lock
-of each append, reads the rows other runs appended since it last looked, folds them into
-its tasks' states, and claims tasks by writing their start rows. Many news are read
-before the lock, from a snapshot: under it, a claim reads only the rows appended since.
+The format is :mod:`zotsink._ledger.format`, what rows mean :mod:`zotsink._ledger.view`. A
+:class:`Ledger` is one run's: it names the run (a ``run`` row: its host, the boot and pid
+namespace of its pid table, its pid and start time, its job and array element, its
+settings when they are new), folds a snapshot when the run begins (:meth:`Ledger.open`:
+what is recorded, the control rows, every task's history), and then writes:
+
+- claims (:meth:`Ledger.claim`): under the exclusive lock, the state the last row carries
+  says where the cursor is; tasks claimed by name (a chunk, retries, tasks a look found
+  free) are checked against the rows written since this run last read them, which it reads
+  only when a row claimed or freed tasks by name, or a control row came, since (the
+  state's counters say so); then the cursor's next tasks are read from the task list (by
+  offset; :func:`~zotsink._run.tasks.read_ahead`) and one ``claim`` row names them all;
+- the rows that wait for the next append (:meth:`Ledger.put`): ``begin`` rows (a command's
+  at once: a task whose process outlives its run must be known by its own process), ``end``
+  rows (one per group commit, naming where the records went), ``release`` rows (claimed
+  tasks given back), ``worker`` rows;
+- looks (:meth:`Ledger.look`): the rows other runs appended since, under a shared lock,
+  folded into the view, for a run that waits on others or follows its list.
+
+Every row carries the ledger's state after it: a writer computes it from the last row's,
+under the lock, so the rows are stamped only there (:meth:`Ledger._stamp`).
+
+A format 1 ledger is migrated to format 2 before the first row is written
+(:mod:`zotsink._run.migrate`); a ledger of a newer format is refused.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Protocol
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
-from .._core.backoff import HEADER_SETTLE, tries
-from .._core.fileio import fresh_stat, pread_chunks
-from .._core.header import existing_header
 from .._core.outlet import Outcome, Outlet
-from .._core.records import Encoder, decode_row
 from .._core.snapshot import snapshot
-from .._core.stamp import stamp_values, utc_now
+from .._core.stamp import stamp_values
 from .._core.stop import Stopper
-from .._core.writer import Writer
-from .._ledgerfile import (
-    LATER_COLUMNS,
-    LEDGER_COLUMNS,
-    RUN_EVENT,
-    RUN_TASKNUM,
-    LedgerScan,
-    parse_row,
-    row_blocks,
-    rows_in,
-    tasknum_of,
+from .._core.writer import Writer, first_line
+from .._ledger.format import (
+    FORMAT,
+    INITIAL,
+    Block,
+    EndItem,
+    State,
+    advance,
+    begin_items_text,
+    blocks_text,
+    end_items_text,
+    header_format,
+    header_line,
+    line_crc,
+    make_row,
+    notes_text,
+    tasks_text,
 )
-from ..errors import UsageError, WriteError, ZotsinkError
-from .alive import PROC_START, proc_start
-from .control import Control
-from .queue import Picked, TaskQueue
-from .settings import check_news_settings, settings_note
-from .states import TaskState, fold, given_up, start_alive
+from .._ledger.read import Snapshot, tail_state, too_new
+from .._ledger.view import LedgerView
+from ..errors import UsageError, ZotsinkError
+from .alive import host_identity, proc_start, qualified_job
+from .attempt import End
+from .events import Key
+from .queue import Candidate
+from .tasks import Cursor, Task, read_ahead
 
-__all__ = ["Claimable", "Ledger"]
-
-#: News of at least this many bytes are read before a claim takes the exclusive lock (see
-#: :meth:`Ledger.claim`); less is read under it, where one more open would cost more.
-LOOK_AHEAD: Final = 16 << 10
+__all__ = ["ClaimResult", "Ledger", "write_control"]
 
 
-def _columns_of(header: bytes | None) -> tuple[str, ...]:
-    """The columns of a ledger whose first line is ``header`` (None: a new ledger, which
-    gets every column this release writes). A first line that is no ledger header is left
-    to the reader's refusal: the rows then get this release's columns."""
-    if header is not None:
-        names = tuple(decode_row(header[:-1].decode("utf-8", "surrogateescape"), "tsv"))
-        if names[: len(LEDGER_COLUMNS)] == LEDGER_COLUMNS:
-            return names
-    return (*LEDGER_COLUMNS, *LATER_COLUMNS)
+class ClaimResult(NamedTuple):
+    """What a claim wrote: the tasks and their attempts, those asked by name that another
+    run claimed since, whether the cursor has no more for now, lines passed by (a NUL
+    byte), and whether a ``stop`` row came for this run."""
+
+    tasks: list[tuple[Task, int]]
+    dropped: list[Candidate]
+    drained: bool
+    passed: list[int]
+    stopped: bool
 
 
-class Claimable(Protocol):
-    """A task as :meth:`Ledger.claim` takes it: its number and its line."""
-
-    @property
-    def num(self) -> int: ...
-
-    @property
-    def line(self) -> str: ...
-
-
-def _tallied(fd: int, start: int, size: int, read: list[int]) -> Iterator[bytes]:
-    """Bytes ``start`` to ``size`` of the ledger (fewer when the read comes back short),
-    ``read[0]`` following where the reads got to."""
-    for chunk in pread_chunks(fd, size, 1 << 20, start=start):
-        read[0] += len(chunk)
-        yield chunk
+class _Want(NamedTuple):
+    n: int
+    named: Sequence[Candidate]
+    cursor: bool
+    closed_lines: int | None
 
 
 class Ledger:
-    """Appends rows for the tasks this process runs; every append is locked and fsynced."""
+    """One run's ledger: its rows, its claims, its looks (see the module's docstring)."""
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
+        tasks: str,
         lock: str = "auto",
         timeout: float = 600.0,
         env: Mapping[str, str] | None = None,
@@ -94,350 +103,378 @@ class Ledger:
     ) -> None:
         env = os.environ if env is None else env
         self.path = os.fspath(path)
-        # A ledger begun by another zotsink keeps its columns: its header cannot change. An
-        # older one's rows lack the later columns it lacks; a newer one's columns this
-        # release does not know stay empty in its rows (read for what the releases share).
-        self.columns = _columns_of(existing_header(self.path))
-        self.encoder = Encoder("tsv", self.columns)
-        self._later = [self.columns.index(c) if c in self.columns else -1 for c in LATER_COLUMNS]
-        # fsync always: a start row must be on disk before the task runs, or a node that
-        # dies takes the knowledge that the task started with it.
+        self.tasks = tasks
         self.timeout = timeout
         self._lock = lock
         self._stopper = stopper
-        #: What ``zotsink close`` and ``zotsink stop`` told the runs, as far as read.
-        self.control = Control()
-        self._began = 0  # the ledger's size when this run began: a stop after it is for it
+        self.run_id = os.urandom(4).hex()
+        job, element = stamp_values(("job", "task"), env)
+        host, hostid = host_identity()
+        pid = os.getpid()
+        self.start = proc_start(pid) or ""
+        self._me = [host, hostid, str(pid), self.start, qualified_job(job, env), element]
+        self._settings = ""  # this run's settings as JSON, when they are new ("": recorded)
+        self._mine: dict[str, str] | None = None
+        self._named = False  # the run row is written
         # A side file: never through a link, only ever this user's (a ledger planted with
-        # forged ok rows would make every task be skipped).
+        # forged ok rows would make every task be skipped). fsync always: a claim or a
+        # begin row must be on disk before its task runs.
         self.writer = Writer(
             self.path,
             lock=lock,
             sync="fsync",
-            header=self.encoder.header_line(),
+            header=self._header(),
             side_file=True,
-            prepare=self._claim_tasks,
+            prepare=self._hook,
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
-        # What this run knows of the tasks it may claim (see begin() and claim()).
-        self._keys: dict[int, str] = {}  # the tasks whose rows this run folds
-        self._states: dict[int, TaskState] = {}
-        self._seen = 0  # ledger bytes read so far: rows past it are news
-        self._rerun: set[int] = set()  # ok before this run began, to run again (--rerun)
-        # a claim under way: the queue, how many, and the tasks whose history to read first
-        self._want: tuple[TaskQueue[Any], int, Mapping[int, str]] | None = None
-        self._picked = Picked([], [])
-        self._claimed_bytes = 0
-        self._news_end = 0  # where the claim's look at the news ended
-        # This run's settings, the row that records them when the ledger's differ or are
-        # none (written with the first claim), and the tasks given up under the lock.
-        self._settings: Mapping[str, str] | None = None
-        self._settings_row = b""
+        self.view = LedgerView()  # this run's knowledge of every task
+        self._seen = 0  # ledger bytes folded into the view: rows past it are news
+        self._began = 0  # the ledger's size when this run began (a stop after it is for it)
+        self._known = (-1, -1)  # (xgen, ctl) the view is up to date with
+        self._pending: list[tuple[str, list[str]]] = []  # kind, fields
+        self._want: _Want | None = None
+        self._result: ClaimResult | None = None
         self._conflict: str | None = None
-        self.max_attempts: int | None = None
-        self.given_up: set[int] = set()
-        job, array_task, host = stamp_values(("job", "task", "host"), env)
-        self._fixed = (job, array_task, host, str(os.getpid()))
-        started = proc_start(os.getpid())
-        self._start_note = {} if started is None else {"note": PROC_START + started}
+        self._cursor = INITIAL
 
-    def start_row(self, tasknum: int, key: str, attempt: int) -> bytes:
-        return self._row("start", tasknum, key, attempt, self._start_note)
-
-    def end_row(self, tasknum: int, key: str, attempt: int, **fields: Any) -> bytes:
-        return self._row("end", tasknum, key, attempt, fields)
-
-    def settings_row(self, settings: Mapping[str, str]) -> bytes:
-        """The ``run`` row that records ``settings`` (see :data:`COMPARED_SETTINGS`)."""
-        return self._row(RUN_EVENT, RUN_TASKNUM, "", "", {"note": settings_note(settings)})
-
-    def control_row(self, event: str, note: str = "") -> bytes:
-        """A control row (``close``, ``open``, ``stop``: task number 0, no key), stamped with
-        this process's job, host and pid; see :mod:`zotsink._run.control`."""
-        return self._row(event, RUN_TASKNUM, "", "", {"note": note})
-
-    def _row(
-        self, event: str, tasknum: int, key: str, attempt: int | str, fields: Mapping[str, Any]
-    ) -> bytes:
-        job, array_task, host, pid = self._fixed
-        values = [event, utc_now(), tasknum, key, attempt, job, array_task, host, pid]
-        values += [fields.get(c, "") for c in self.columns[len(values) :]]
-        return self.encoder.encode(values)
-
-    def append(self, rows: Sequence[bytes], *, spill: bool = True) -> None:
-        """Append rows in one locked, fsynced write (raises LockTimeout/LockError/WriteError).
-
-        With ``spill`` (end rows) rows that cannot be written are saved to a spill file of the
-        ledger, which ``zotsink recover LEDGER`` folds back; start rows are not spilled: the
-        tasks they announce are then not started.
-        """
-        if not rows:
-            return
-        if spill:
-            err = self.outlet.write(b"".join(rows), len(rows))
-            if err is not None:
-                raise err
-        else:
-            self.outlet.write_or_raise(b"".join(rows))
-
-    def begin(
-        self,
-        keys: Mapping[int, str],
-        states: Mapping[int, TaskState],
-        seen: int,
-        *,
-        rerun: bool,
-        settings: Mapping[str, str] | None = None,
-        recorded: Mapping[str, str] | None = None,
-        max_attempts: int | None = None,
-        control: Control | None = None,
-    ) -> None:
-        """What this run found in the ledger's snapshot (``seen`` bytes of it) for its tasks
-        (number -> line): the start of what :meth:`claim` keeps up to date; ``control``:
-        the control rows found then (:func:`~zotsink._run.control.read_control`).
-
-        ``settings``: how this run was called, recorded with the first claim unless
-        ``recorded`` (the ledger's latest) says the same; a run row of other settings that
-        another run writes meanwhile makes the claim raise :class:`UsageError`. Tasks whose
-        failed attempts reached ``max_attempts`` are not claimed (see :func:`given_up`).
-        """
-        self._settings = settings
-        self._settings_row = b""
-        if settings is not None and dict(recorded or {}) != dict(settings):
-            self._settings_row = self.settings_row(settings)
-        self.max_attempts = max_attempts
-        self._keys = dict(keys)  # grows by what _learn reads
-        self._states = dict(states)
-        self._seen = seen
-        self._began = seen
-        if control is not None:
-            self.control = control
-        self._rerun = {n for n, st in states.items() if st.state == "ok"} if rerun else set()
-
-    def claim(
-        self, queue: TaskQueue[Any] | deque[Claimable], want: int, ends: Sequence[bytes]
-    ) -> tuple[list[tuple[Any, int]], list[Any]]:
-        """Claim up to ``want`` tasks that ``queue`` picks, under the ledger's lock.
-
-        Under one lock hold: the history of tasks the queue got since this run began is
-        read (:attr:`TaskQueue.unlearned`), then the rows other runs appended since this run
-        last looked (many news are folded just before, from a snapshot, so that the lock
-        is held for the few rows appended since); the queue picks by those states (a task
-        finished (``ok``) or running in a live process, this host's pid table or else the
-        scheduler, is dropped); the picked ones get their next attempt number and a
-        ``start`` row, written with ``ends`` in one fsynced append. Two runs started
-        together so never run the same task, and attempt numbers are unique. Returns the
-        tasks claimed (with their attempt) and those dropped. Raises like :meth:`append`
-        (nothing claimed then).
-
-        ``queue`` may be a plain deque of tasks, picked from by what :meth:`begin` was told
-        (``rerun``, ``max_attempts``).
-        """
-        self._look_ahead()
-        if isinstance(queue, deque):
-            keys = self._keys
-            late = {t.num: t.line for t in queue if t.num not in keys}
-            queue = TaskQueue.over(queue, given_up=self.gives_up, rerun_ok=self._rerun)
-        else:
-            late = queue.unlearned
-        self._want = (queue, want, late)
-        self._picked = Picked([], [])
-        self._claimed_bytes = 0
-        self._news_end = self._seen
+    def _header(self) -> bytes:
+        """The first line this ledger has (kept whatever release wrote it), or a new one's."""
         try:
-            self.outlet.write_or_raise(b"".join(ends))
-        except BaseException:
-            queue.unpick(self._picked)  # not claimed: back where they were
-            raise
-        finally:
-            self._want = None
-            self.given_up |= queue.given_up
-        if self._conflict is not None:
-            raise UsageError(self._conflict, path=self.path)
-        self._settings_row = b""  # on disk now: recorded once
-        # This run began under its settings: another run that records others from now on
-        # (--new-settings) does not stop it halfway.
-        self._settings = None
-        # this run's own rows are no news to it: the next look starts after them (the
-        # writer put them after a header or a newline, if it wrote either)
-        # (nothing written: the news were read up to the size the hook saw)
-        self._seen = (
-            self.writer.last_at + self._claimed_bytes if self._claimed_bytes else self._news_end
-        )
-        return self._picked.claimed, self._picked.dropped
-
-    def _look_ahead(self) -> None:
-        """Fold the news other runs appended since the last look before the exclusive lock
-        is taken, from a snapshot (:meth:`look`): every run reads every row the others
-        write, and read under the lock that work would add up, run after run, to a lock
-        held for the runs' number times the ledger's rows. The claim then reads under the
-        lock only the rows appended since. Best effort: what fails here is read (and
-        raised) under the lock."""
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return header_line()
         try:
-            if os.stat(self.path).st_size - self._seen < LOOK_AHEAD:
-                return
-            self.look()
-        except (OSError, ZotsinkError):
-            return
-
-    def gives_up(self, state: TaskState) -> bool:
-        """Whether ``state`` is given up under this run's ``max_attempts`` (see :meth:`begin`)."""
-        return given_up(state, self.max_attempts)
-
-    def _claim_tasks(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
-        """The writer's hook, run under the ledger's exclusive lock before each append: with
-        a claim under way, fold the history of tasks the queue got late, the rows appended
-        since the last look and this run's own end rows (``data``) into the tasks' states,
-        then let the queue pick and add the start rows (see :meth:`claim`)."""
-        if self._want is None:
-            return data
-        queue, want, late = self._want
-        if late:
-            self._learn(fd, late)
-            queue.learn(self._states)
-        end = self._read_news(fd, st.st_size, settle=True)
-        if self.stopped:
-            queue.stop()  # `zotsink stop` since this run began: it claims nothing more
-        self._news_end = max(self._news_end, end)
-        # this run's own end rows, about to be written: its failures count too
-        for _n, _at, block in row_blocks((data,)):
-            self._fold(rows_in(block), news=False)
-        if self._conflict is not None:
-            return data  # another run recorded other settings: nothing is claimed
-        here = os.uname().nodename
-        self._picked = queue.pick(want, self._states, lambda row: start_alive(row, here))
-        for task, attempt in self._picked.claimed:  # running here from now on
-            old = self._states.get(task.num)
-            failures = old.failures if old is not None else 0
-            self._states[task.num] = TaskState(task.num, "running", attempt, None, failures)
-        starts: list[bytes] = [self._settings_row] if self._settings_row else []
-        starts += [self.start_row(t.num, t.line, attempt) for t, attempt in self._picked.claimed]
-        rows = data + b"".join(starts)
-        self._claimed_bytes = len(rows)
-        return rows
-
-    def _read_news(self, fd: int, size: int, *, settle: bool = False) -> int:
-        """Fold the rows appended since the last look, up to ``size``, into the states of
-        this run's tasks; where the next look starts (after the last whole row read).
-
-        A network client may report a size it cannot read up to yet (GlusterFS: rows
-        another client appended, for a moment after the size came from the server): what
-        the read did not get is left for the next look, never passed by. With ``settle``
-        (under the exclusive lock, before a claim: ``size`` is the server's) all of it must
-        be read, or runs would claim tasks already claimed: the rest (and rows with zero
-        bytes in them) is read again after pauses (:data:`HEADER_SETTLE`); a client that
-        still cannot read it raises :class:`WriteError`, and nothing is claimed."""
-        end = self._seen
-        if size <= end:
-            return end
-        for last in tries(HEADER_SETTLE):
-            read = [end]  # where the reads got to
-            unsure = False
-            for _n, at, block in row_blocks(_tallied(fd, end, size, read), start=end):
-                if settle and not last and b"\0" in block:
-                    # zero bytes where rows should be: a page this client cached before
-                    # the rows came, or a crash's damage (which stays): read it again
-                    unsure = True
-                    break
-                self._fold(rows_in(block), news=True, at=at)
-                end = at + len(block)
-            # under the lock no run is writing: a piece with no newline at the end is a
-            # row this client cannot read whole yet (or a crash's torn row, which stays)
-            if not settle or (read[0] >= size and end == size and not unsure):
-                return end
-            if last and read[0] >= size:
-                return end  # what stays is damage: the next writer starts a fresh line
-            if last:
-                raise WriteError(
-                    f"{self.path}: this client reads {read[0]} bytes of the ledger, the server "
-                    f"has {size}: the rows other runs appended cannot be read here (a network "
-                    "filesystem's cache); nothing was claimed: run again, and if it happens "
-                    f"again run `zotsink doctor {os.path.dirname(self.path) or '.'}`",
-                    path=self.path,
-                )
-            fresh_stat(fd, True)  # the server's answer refreshes what this client caches
-        return end  # pragma: no cover (tries ends with a last attempt)
-
-    def look(self) -> Mapping[int, TaskState]:
-        """Fold the rows other runs appended since this run last looked, read from a
-        snapshot under a shared lock (a run waiting on others' tasks takes no exclusive
-        lock to look); the states of this run's tasks."""
-        if self._seen == 0 and not os.path.exists(self.path):
-            return self._states  # no run wrote a row yet
-        fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
-        try:
-            # Only as far as whole rows were read: a network client may know the server's
-            # size and still read up to the end it cached (GlusterFS), and rows passed by
-            # unread would never be news again (a start row missed: a task claimed twice).
-            self._seen = self._read_news(fd, size)
+            line = first_line(fd)
+        except OSError:
+            line = b""
         finally:
             os.close(fd)
-        return self._states
+        found = header_format(line) if line else None
+        if found is not None and found[0] == FORMAT:
+            return line
+        if found is not None and found[0] > FORMAT:
+            raise too_new(self.path, *found)
+        # empty, format 1 (migrated in open(), after which it is this release's), or no
+        # ledger (the reader's refusal says so)
+        return header_line()
 
-    @property
-    def states(self) -> Mapping[int, TaskState]:
-        """The states of this run's tasks, as of its last look at the ledger."""
-        return self._states
+    # -- beginning --------------------------------------------------------------------------
+    def open(self, judge: Any = None) -> LedgerView:
+        """Fold a snapshot of the ledger into this run's view (a format 1 ledger is migrated
+        first); what the run begins with: the recorded settings, the control rows, every
+        task's history."""
+        snap = Snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
+        try:
+            if snap.exists and snap.format == 1:
+                snap.close()
+                from .migrate import migrate
+
+                migrate(self.path, lock=self._lock, timeout=self.timeout, judge=judge)
+                self.writer.set_header(self._header())
+                snap = Snapshot(
+                    self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper
+                )
+            last = INITIAL
+            for _at, row in self._rows(snap):
+                last = row.state
+            self._seen = self._began = snap.end if snap.exists else 0
+            self._known = (last.xgen, last.ctl)
+            self._cursor = last
+        finally:
+            snap.close()
+        return self.view
+
+    def _rows(self, snap: Snapshot, start: int = 0) -> Any:
+        """Rows of a snapshot, folded into the view as they pass (the run's own rows too)."""
+        feed = self.view.feed
+        for at, row in snap.rows(start):
+            feed(((at, row),))
+            if row.kind == "run" and row.run != self.run_id and row.fields["settings"]:
+                self._news_settings(row.fields["settings"], at)
+            yield at, row
+
+    def record(self, settings: Mapping[str, str], recorded: Mapping[str, str] | None) -> None:
+        """This run's settings: recorded with its first row when they differ from the
+        ledger's (``recorded``). A run row of other settings that another run writes
+        meanwhile makes the next claim raise :class:`UsageError`."""
+        self._mine = dict(settings)
+        if dict(recorded or {}) != self._mine:
+            self._settings = json.dumps(self._mine, ensure_ascii=True, sort_keys=True)
+
+    def _news_settings(self, text: str, at: int) -> None:
+        if self._mine is None or at < self._began:
+            return
+        from .settings import check_news_settings
+
+        conflict, _same = check_news_settings(self.path, text, self._mine)
+        if conflict is not None:
+            self._conflict = conflict
 
     @property
     def stopped(self) -> bool:
         """Whether ``zotsink stop`` told this run to claim nothing more."""
-        return self.control.stopped(self._began)
+        return self.view.control.stopped(self._began)
 
-    def _fold(self, rows: Iterable[bytes], *, news: bool, at: int = 0) -> None:
-        """Fold ledger rows into the states of this run's tasks; with ``news`` (rows other
-        runs wrote) a ``run`` row of settings other than this run's is a conflict. Only the
-        tasks the queue was given count (:meth:`begin`'s keys, which grow as the queue's
-        source does): :meth:`_learn` reads a late task's earlier rows before any news."""
-        keys, states = self._keys, self._states
-        pos = at  # where the next row begins: a stop row is for the runs begun before it
-        for line in rows:
-            here, pos = pos, pos + len(line) + 1
-            if not line or line.startswith(b"event\t"):
-                continue
-            num = tasknum_of(line)
-            if num == RUN_TASKNUM:
-                if not news:
-                    continue
-                if line.startswith(RUN_EVENT.encode() + b"\t"):
-                    self._check_news_settings(line)
+    # -- rows ---------------------------------------------------------------------------------
+    def put(
+        self,
+        *,
+        begins: Sequence[tuple[Key, int, str]] = (),
+        ends: Sequence[tuple[Any, Sequence[End]]] = (),
+        releases: Sequence[Key] = (),
+        workers: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        """Rows to write with the next append: begins, end groups (a commit's blocks and
+        its ends), releases, workers."""
+        pending = self._pending
+        for pid, start in workers:
+            pending.append(("worker", [f"{pid}:{start}"]))
+        if begins:
+            text = begin_items_text((k[0], k[1], pid, start) for k, pid, start in begins)
+            pending.append(("begin", [text]))
+        for committed, group in ends:
+            if group:
+                pending.append(("end", _end_fields(committed, group)))
+        if releases:
+            pending.append(("release", [tasks_text(sorted(releases))]))
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def flush(self, *, spill: bool = False) -> ZotsinkError | None:
+        """Append the rows waiting (raises LockTimeout/LockError/WriteError). With
+        ``spill`` (a run's last append) rows that cannot be written are saved to a spill
+        file of the ledger instead, stamped with no state: ``zotsink recover LEDGER``
+        stamps them anew under the lock and appends them. The error, then."""
+        if not self._pending:
+            return None  # a run row alone says nothing: a run that claimed nothing is no news
+        try:
+            self.outlet.write_or_raise(b"")
+        except ZotsinkError as e:
+            if not spill or not self._pending:
+                raise
+            now = time.time()
+            rows = [] if self._named else [self._run_row(now, INITIAL)]
+            rows += [make_row(k, now, self.run_id, f, INITIAL) for k, f in self._pending]
+            err = self.outlet.saved(b"".join(rows), len(rows), e)
+            self._pending.clear()
+            return err
+        self.committed()
+        return None
+
+    def _run_row(self, now: float, state: State) -> bytes:
+        return make_row("run", now, self.run_id, [*self._me, self._settings], state)
+
+    def claim(
+        self, n: int, named: Sequence[Candidate], *, cursor: bool, closed_lines: int | None
+    ) -> ClaimResult:
+        """Claim up to ``n`` tasks, those ``named`` first (each dropped when another run
+        claimed it since: its next attempt is not the one named), then the cursor's, with
+        the rows waiting, in one locked, fsynced append (see the module's docstring).
+        Raises like :meth:`flush` (nothing claimed then), and :class:`UsageError` when
+        another run recorded other settings meanwhile."""
+        self._want = _Want(n, named, cursor, closed_lines)
+        self._result = None
+        try:
+            self.outlet.write_or_raise(b"")
+        finally:
+            self._want = None
+        self.committed()
+        if self._conflict is not None:
+            raise UsageError(self._conflict, path=self.path)
+        result = self._result
+        assert result is not None
+        return result
+
+    # -- under the lock -------------------------------------------------------------------------
+    def _hook(self, fd: int, st: os.stat_result, data: bytes) -> bytes:
+        """The writer's hook, under the ledger's exclusive lock: the state the last row
+        carries; the news, when counters moved and a claim needs them; the rows, stamped."""
+        size = st.st_size
+        coherent = self.writer.coherent
+        state = tail_state(self.path, fd, size, settle=True, coherent=coherent) if size else INITIAL
+        want = self._want
+        stale = (state.xgen, state.ctl) != self._known
+        if stale and want is not None:
+            self._news(fd, size)
+            self._known = (state.xgen, state.ctl)
+            stale = False
+        rows: list[bytes] = []
+        now = time.time()
+        if not self._named:
+            state = advance(state, "run", [self._settings])
+            rows.append(self._run_row(now, state))
+        for kind, fields in self._pending:
+            state = advance(state, kind, fields)
+            rows.append(make_row(kind, now, self.run_id, fields, state))
+        if want is not None:
+            state = self._claim_row(fd, state, want, now, rows)
+        if not stale:
+            self._known = (state.xgen, state.ctl)
+        self._cursor = state
+        return b"".join(rows)
+
+    def _news(self, fd: int, size: int) -> None:
+        """Fold the rows appended since this run last read (under the lock: all of them)."""
+        snap = Snapshot.under_lock(self.path, fd, size, self._seen)
+        for _ in self._rows(snap, self._seen):
+            pass
+        self._seen = max(self._seen, snap.end)
+
+    def _claim_row(
+        self, fd: int, state: State, want: _Want, now: float, rows: list[bytes]
+    ) -> State:
+        view = self.view
+        stopped = self.stopped
+        tasks: list[tuple[Task, int, bool]] = []
+        dropped: list[Candidate] = []
+        passed: list[int] = []
+        drained = not want.cursor
+        if not stopped and self._conflict is None:
+            for c in want.named:
+                num = c.task.num
+                # claimed by another run since the look (or since this run's own attempt
+                # before a retry, which this run's view need not hold): its attempt moved
+                seen = view.attempt[num] if num < len(view.code) else 0
+                if seen < c.attempt:
+                    tasks.append((c.task, c.attempt, c.fresh))
                 else:
-                    self.control = self.control.feed(line, here)  # close, open, stop
-                continue
-            key = keys.get(num)
-            if key is None:
-                continue
-            row = parse_row(line, self._later)
-            if row is None or row.key != key:
-                continue  # torn, or another line had this number once
-            states[num] = fold(row, states.get(num))
+                    dropped.append(c)  # another run claimed it since the look
+            more = want.n - len(tasks)
+            if want.cursor and more > 0:
+                start = Cursor(state.next, state.at, state.span, state.span_crc)
+                got, after, passed = read_ahead(
+                    self.tasks,
+                    start,
+                    more,
+                    skip=self._taken,
+                    closed_lines=want.closed_lines,
+                )
+                tasks.extend((t, 1, False) for t in got)
+                drained = len(got) < more
+                state = state._replace(
+                    next=after.next, at=after.at, span=after.span, span_crc=after.span_crc
+                )
+        self._result = ClaimResult(
+            [(t, a) for t, a, _f in tasks], dropped, drained, passed, stopped
+        )
+        if not tasks:
+            return state
+        if any(a != 1 or f for _t, a, f in tasks) or want.named:
+            state = advance(state, "claim", {})  # by name: the cursor readers read it
+        items = tasks_text((t.num, a, f) for t, a, f in tasks)
+        crc = line_crc(t.line for t, _a, _f in tasks)
+        rows.append(make_row("claim", now, self.run_id, [items, f"{crc:x}"], state))
+        return state
 
-    def _learn(self, fd: int, late: Mapping[int, str]) -> None:
-        """Fold the rows before the news (the first ``_seen`` bytes of the ledger, open at
-        ``fd`` under this run's lock) of ``late`` tasks (number -> line), which this run got
-        after it began: every look at the news passed their rows by. From now on their
-        news is folded too."""
-        scan = LedgerScan.under_lock(self.path, fd, self._seen)
-        for lineno, _at, line in scan.lines(late):
-            row = scan.row(lineno, line)
-            if late.get(row.tasknum) == row.key:
-                self._states[row.tasknum] = fold(row, self._states.get(row.tasknum))
-        self._keys.update(late)
+    def _taken(self, num: int) -> bool:
+        """Whether a line the cursor reaches was claimed by name since (its history lives
+        in the view: a chunk's, a migrated ledger's)."""
+        view = self.view
+        return num < len(view.attempt) and view.attempt[num] > 0
 
-    def _check_news_settings(self, line: bytes) -> None:
-        if self._settings is None:
-            return
-        row = parse_row(line, self._later)
-        if row is None:
-            return
-        conflict, same = check_news_settings(self.path, row.note, self._settings)
-        if conflict is not None:
-            self._conflict = conflict
-        elif same and self._settings_row:
-            self._settings_row = b""  # another run recorded the same: once is enough
+    def committed(self) -> None:
+        """The append succeeded: the rows are written; the run row once."""
+        self._pending.clear()
+        self._named = True
+
+    # -- looks ----------------------------------------------------------------------------------
+    def look(self) -> LedgerView:
+        """Fold the rows other runs appended since this run last read, from a snapshot
+        under a shared lock (a run that waits on others takes no exclusive lock to look)."""
+        if not os.path.exists(self.path):
+            return self.view
+        fd, size = snapshot(self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper)
+        try:
+            snap = Snapshot.under_lock(self.path, fd, size, self._seen)
+            last = None
+            for _at, row in self._rows(snap, self._seen):
+                last = row.state
+            self._seen = max(self._seen, snap.end)
+            if last is not None:
+                self._known = (last.xgen, last.ctl)
+                self._cursor = last
+        finally:
+            os.close(fd)
+        return self.view
+
+    @property
+    def cursor(self) -> State:
+        """The ledger's state as this run last saw it."""
+        return self._cursor
 
     def outcome(self) -> Outcome:
         return self.outlet.outcome()
 
     def close(self) -> None:
         self.outlet.close()
+
+
+def _end_fields(committed: Any, group: Sequence[End]) -> list[str]:
+    """An ``end`` row's fields: OUT's file and header, the blocks, the items, the notes."""
+    items: list[EndItem] = []
+    notes: dict[str, str] = {}
+    for e in group:
+        num, attempt = e.key
+        u = e.usage
+        cpu = None
+        if u.user is not None and u.system is not None:
+            cpu = (round(u.user * 1000), round(u.system * 1000))
+        items.append(
+            EndItem(
+                num,
+                attempt,
+                e.status,
+                e.code if e.status != "ok" else "0",
+                round(e.seconds * 1e6),
+                None if e.wait is None else round(e.wait * 1000),
+                e.records,
+                e.size,
+                e.in_out,
+                u.peak_kib,
+                cpu,
+            )
+        )
+        if e.note:
+            notes[f"{num}.{attempt}"] = e.note
+    blocks: Sequence[Block] = getattr(committed, "blocks", ())
+    ino = getattr(committed, "ino", -1)
+    header = getattr(committed, "header", 0)
+    return [
+        f"{'' if ino < 0 else ino}:{header}",
+        blocks_text(blocks),
+        end_items_text(items),
+        notes_text(notes),
+    ]
+
+
+def write_control(
+    path: str, kind: str, *, lines: int | None = None, lock: str = "auto", timeout: float = 600.0
+) -> None:
+    """Append a control row (``close`` with the task list's ``lines``, ``open``, ``stop``)
+    to the ledger at ``path`` (made when missing), under its lock, fsynced, stamped with
+    the state after the last row (its ``ctl`` counter moved: every run notices it at its
+    next claim). Raises LockTimeout/LockError/WriteError."""
+    assert kind in ("close", "open", "stop")
+    field = "" if lines is None else str(lines)
+
+    def stamp(fd: int, st: os.stat_result, data: bytes) -> bytes:
+        size = st.st_size
+        state = (
+            tail_state(path, fd, size, settle=True, coherent=writer.coherent) if size else INITIAL
+        )
+        state = state._replace(ctl=state.ctl + 1)
+        return make_row(kind, time.time(), "-", [field], state)
+
+    probe = Ledger.__new__(Ledger)
+    probe.path = path
+    writer = Writer(
+        path, lock=lock, sync="fsync", header=probe._header(), side_file=True, prepare=stamp
+    )
+    outlet = Outlet(writer, timeout=timeout)
+    try:
+        outlet.write_or_raise(b"")
+    finally:
+        outlet.close()

@@ -19,7 +19,7 @@ from .._core.outcheck import check_side_file
 from .._core.stop import Stopper
 from ..errors import UsageError
 from .alive import job_end
-from .pool import Progress
+from .state import Progress
 from .worker import call_spec, function_spec
 
 __all__ = ["RunOptions", "checked_options"]

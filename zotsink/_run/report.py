@@ -10,18 +10,26 @@ import html
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, Final, NamedTuple
 
 from .._arrays import array_spec
-from .._ledgerfile import read_ledger
+from .._ledger.events import TaskEvent, task_events
+from .._ledger.read import Snapshot
+from .._ledger.view import STATES
 from .failures import FailureGroup
-from .states import STATES
-from .status import StatusReport, ledger_time
+from .status import StatusReport
 from .tasks import task_lines
 
-__all__ = ["Attempt", "attempts_by", "rate_text", "read_attempts", "status_page"]
+__all__ = [
+    "Attempt",
+    "attempts_by",
+    "rate_text",
+    "read_attempts",
+    "read_ledger",
+    "status_page",
+]
 
 
 class Attempt(NamedTuple):
@@ -55,6 +63,22 @@ def _float(text: str) -> float | None:
     return None if math.isnan(value) else value
 
 
+def read_ledger(
+    path: str | os.PathLike[str],
+    *,
+    tasks: str | os.PathLike[str] | None = None,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Iterator[TaskEvent]:
+    """What a ledger says happened to each task, in its order (claims, begins, ends,
+    releases: :class:`~zotsink._ledger.events.TaskEvent`), from a consistent snapshot;
+    nothing when it does not exist yet. With ``tasks`` (the task list) each event carries
+    its task's line as ``key``. A torn row is passed by with a warning."""
+    keys = task_lines(tasks)[0] if tasks is not None else None
+    with Snapshot(path, lock=lock, timeout=timeout) as snap:
+        yield from task_events(snap.rows(), keys)
+
+
 def read_attempts(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
@@ -62,69 +86,72 @@ def read_attempts(
     lock: str = "auto",
     timeout: float = 600.0,
 ) -> list[Attempt]:
-    """Every attempt of the tasks of ``tasks`` that ``ledger`` holds, in the order they
-    started. An ended attempt ran for its seconds before its end (its start row may be
-    older: a run claims tasks ahead); one still running, from its start row; one with no
-    end whose task was started again since is ``lost`` (its run died)."""
+    """Every attempt of the tasks of ``tasks`` that ``ledger`` holds that began (a task
+    claimed and given back never ran), in the order they began. An ended one ran for its
+    own seconds from its begin (its claim's time and its wait); one still running, from its
+    begin; one whose task was claimed again by another attempt while it had not ended is
+    ``lost`` (its run died): it ends where its run's last row is."""
     keys, _ = task_lines(tasks)
-    open_: dict[tuple[int, str], int] = {}  # (task, attempt) -> index in out
-    latest: dict[int, int] = {}  # task -> index in out of its latest start
+    opened: dict[tuple[int, int], list[Any]] = {}  # claim time, begin time, run
+    runs: dict[str, tuple[str, str, str]] = {}  # run -> job, element, host
+    last_row: dict[str, float] = {}  # run -> its latest row's time
+    lost: list[tuple[tuple[int, int], list[Any]]] = []
     out: list[Attempt] = []
-    for row in read_ledger(ledger, lock=lock, timeout=timeout):
-        if keys.get(row.tasknum) != row.key:
-            continue
-        at = ledger_time(row.time)
-        if row.event == "start":
-            before = latest.get(row.tasknum)
-            if before is not None and out[before].status == "running":
-                # A run starts a task again only once the ledger no longer counts it as
-                # running elsewhere: that attempt's run died (a lost node, a killed job)
-                # and it will never end. An end row that comes after all still says how
-                # it ended.
-                out[before] = out[before]._replace(status="lost")
-            latest[row.tasknum] = open_[row.tasknum, row.attempt] = len(out)
-            out.append(
-                Attempt(
-                    row.tasknum,
-                    row.key,
-                    int(row.attempt) if row.attempt.isdigit() else 0,
-                    row.job,
-                    row.array_task,
-                    row.host,
-                    at,
-                    None,
-                    "running",
-                    None,
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        for ev in task_events(snap.rows()):
+            last_row[ev.run] = ev.time
+            runs.setdefault(ev.run, (ev.job, ev.array_task, ev.host))
+            if keys.get(ev.tasknum) is None:
+                continue
+            key = (ev.tasknum, ev.attempt)
+            if ev.event == "claim":
+                for other in [k for k in opened if k[0] == ev.tasknum and k != key]:
+                    got = opened.pop(other)
+                    if got[1] is not None:
+                        lost.append((other, got))  # begun, never ended: its run died
+                opened[key] = [ev.time, None, ev.run]
+            elif ev.event == "begin":
+                got = opened.get(key)
+                if got is not None:
+                    got[1] = ev.time
+            elif ev.event == "release":
+                opened.pop(key, None)
+            elif ev.event == "end":
+                got = opened.pop(key, None)
+                secs = ev.seconds
+                claimed = got[0] if got is not None else None
+                if claimed is not None and ev.wait is not None:
+                    begun: float | None = claimed + ev.wait
+                elif got is not None and got[1] is not None:
+                    begun = got[1]
+                else:
+                    begun = ev.time - (secs or 0.0)
+                end = None if begun is None or secs is None else begun + secs
+                job, element, host = runs.get(ev.run, ("", "", ""))
+                out.append(
+                    Attempt(
+                        ev.tasknum,
+                        keys[ev.tasknum],
+                        ev.attempt,
+                        job,
+                        element,
+                        host,
+                        begun,
+                        end,
+                        ev.status or "failed",
+                        secs,
+                    )
                 )
-            )
-            continue
-        secs = _float(row.seconds)
-        i = open_.pop((row.tasknum, row.attempt), None)
-        if i is None:
-            begun = None if at is None or secs is None else at - secs
-            out.append(
-                Attempt(
-                    row.tasknum,
-                    row.key,
-                    int(row.attempt) if row.attempt.isdigit() else 0,
-                    row.job,
-                    row.array_task,
-                    row.host,
-                    begun,
-                    at,
-                    row.status,
-                    secs,
-                )
-            )
-        else:
-            # a run writes the start rows of the tasks it claims ahead of running them: the
-            # end and its seconds tell when the task itself ran
-            begun = out[i].start
-            if at is not None and secs is not None:
-                begun = at - secs if begun is None else max(begun, at - secs)
-            out[i] = out[i]._replace(
-                start=begun, end=at, status=row.status or "failed", seconds=secs
-            )
+    for (num, att), (_claimed, begun, run) in lost:
+        job, element, host = runs.get(run, ("", "", ""))
+        end = last_row.get(run)
+        secs = None if end is None or begun is None else max(end - begun, 0.0)
+        out.append(Attempt(num, keys[num], att, job, element, host, begun, end, "lost", secs))
+    for (num, att), (_claimed, begun, run) in opened.items():
+        if begun is None:
+            continue  # claimed, never begun: no attempt ran
+        job, element, host = runs.get(run, ("", "", ""))
+        out.append(Attempt(num, keys[num], att, job, element, host, begun, None, "running", None))
     out.sort(key=lambda a: (a.start is None, a.start or 0.0, a.tasknum))
     return out
 

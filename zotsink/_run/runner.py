@@ -9,7 +9,9 @@ settings, the queue of the tasks to run (:class:`~zotsink._run.queue.TaskQueue`)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -24,20 +26,29 @@ from .._core.sidefiles import side_mode
 from .._core.stamp import job_id, task_id
 from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
-from ..errors import UsageError
-from .alive import RUN_VAR, proc_start, run_mark
-from .attempt import Output
+from .._ledger.format import parse_end_items, parse_notes, parse_row
+from .._ledger.read import Snapshot
+from .._ledger.view import LedgerView, State
+from ..errors import UsageError, ZotsinkError
+from .alive import RUN_VAR, SCHEDULER_WAIT, Judge, proc_start, run_mark
+from .calls import Calls, signame
+from .commands import Commands
 from .failures import alike_key
 from .halting import Halting, systematic
 from .ledger import Ledger
+from .look import Looker
 from .options import RunOptions, checked_options
-from .pool import Pool, Progress, Tasking
-from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
+from .output import Output
+from .pool import Pool
+from .queue import Candidate, Mode, TaskQueue
 from .settings import reconcile, recorded_max_attempts, run_settings
-from .states import TaskState, begin_scan, states_of
-from .tasks import Task, read_tail, read_tasks, task_of
+from .state import Plan, Progress, RunState
+from .tasks import Task, read_tasks
 from .worker import refuse_nested_run
+
+#: Seconds a --call worker may take to load the function without --task-timeout (an
+#: import that hangs, a lock on a shared filesystem): then the run stops, and says why.
+LOAD_TIMEOUT = 600.0
 
 __all__ = ["RunReport", "run_tasks", "task_states"]
 
@@ -67,11 +78,14 @@ class RunReport(NamedTuple):
     unknown: int = 0  # left running in runs nobody can tell are alive or dead (--pull)
     out_of_time: bool = False  # tasks left to other runs: they would end after the deadline
     idled_out: bool = False  # a followed list gave nothing for --idle seconds
+    stopped_by_row: bool = False  # `zotsink stop` told it to claim nothing more
+    passed: tuple[int, ...] = ()  # lines of the list with a NUL byte: no task
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
         d["states"] = {str(k): v for k, v in self.states.items()}
         d["spill_paths"] = list(self.spill_paths)
+        d["passed"] = list(self.passed)
         d["error"] = None if self.error is None else str(self.error)
         d["outcomes"] = [o.to_dict() for o in self.outcomes]
         return d
@@ -83,10 +97,16 @@ def task_states(
     *,
     lock: str = "auto",
     timeout: float = 600.0,
-) -> dict[int, TaskState]:
+) -> dict[int, State]:
     """The state of every runnable task of ``tasks`` according to ``ledger``."""
     todo, _ = read_tasks(tasks)
-    return states_of({t.num: t.line for t in todo}, read_ledger(ledger, lock=lock, timeout=timeout))
+    keys = {t.num: t.line for t in todo}
+    view = LedgerView(keys)
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
+    view.verify()
+    view.settle(Judge(wait=SCHEDULER_WAIT))
+    return {n: view.state(n) for n in keys}
 
 
 def run_tasks(
@@ -212,44 +232,81 @@ def _run(o: RunOptions) -> RunReport:
     opts = o.write
     fmt = format_for(o.out, opts.format)
     template = make_encoder(o.out, fmt, opts.columns, opts.stamp, adopt=opts.kv is not None)
+    mode: Mode = "follow" if o.follow else "pull" if o.pull else "chunk"
     ledger = Ledger(
-        o.ledger_path, lock=opts.lock, timeout=opts.timeout, env=o.env, stopper=o.stopper
-    )
-    source: TaskSource[Task]
-    if o.follow:
-        source = FollowSource(lambda at: read_tail(o.tasks, at), task_of)
-    elif o.pull:
-        source = PullSource(lambda: read_tasks(o.tasks)[0])
-    else:
-        source = ChunkSource(_element_tasks(o))
-    queue = TaskQueue(source, given_up=ledger.gives_up, rerun=o.rerun, take_over=o.pull)
-    selected = queue.refill()
-    if o.deadline is not None:
-        queue.deadline = time.monotonic() + (o.deadline - time.time())
-        queue.task_time = o.task_time or 0.0
-    begun = begin_scan(
         o.ledger_path,
-        queue.keys,
+        tasks=o.tasks,
         lock=opts.lock,
         timeout=opts.timeout,
+        env=o.env,
         stopper=o.stopper,
-        out=o.out,
     )
-    states, seen, recorded, control = begun
-    # -- the settings: recorded, compared -----------------------------------------------
-    index, max_attempts, new_settings = o.index, o.max_attempts, o.new_settings
+    try:
+        judge = Judge(o.env, wait=SCHEDULER_WAIT)
+        view = ledger.open(judge)
+        max_attempts = _settings(o, fmt, ledger, view.settings)
+    except BaseException:
+        ledger.close()
+        raise
+    queue = TaskQueue(mode, rerun=o.rerun)
+    scope = {t.num: t.line for t in _element_tasks(o)} if mode == "chunk" else None
+    looker = Looker(
+        ledger,
+        tasks=o.tasks,
+        env=o.env,
+        began=time.time(),
+        max_attempts=max_attempts,
+        rerun=o.rerun,
+        scope=scope,
+    )
+    selected = 0
+    ok_before = view.ok_count()  # a pull run's tasks ok already
+    if scope is not None:
+        selected = len(scope)
+        looker.verify(view)  # an edited list: another line's history says nothing
+        first = looker.look(deep=True, wait=SCHEDULER_WAIT)
+        queue.add(Candidate(*c) for c in first.free)
+        queue.learn((), first.held)
+        queue.settle_chunk(len(looker.ok), looker.given_up, len(looker.elsewhere))
+    if view.control.closed:
+        queue.closed = True
+    halting = Halting(o.jobs, o.halt_after, again=systematic(_recent_ends(o.ledger_path), o.jobs))
+    if halting.probing:
+        queue.limit(1)
+    pool = _pool(o, queue, ledger, looker, template, halting, max_attempts)
+    try:
+        pool.loop()
+    finally:
+        pool.close()
+    if scope is None:
+        # a pull run's share of the whole list: every task some run claimed by the end,
+        # and those ok when it began
+        with contextlib.suppress(ZotsinkError):
+            ledger.look()
+        selected = max(view.known(), queue.total)
+        queue.settle_chunk(min(ok_before, selected), (), 0)
+    return _report(o, selected, queue, pool, ledger, max_attempts)
+
+
+def _settings(
+    o: RunOptions, fmt: str, ledger: Ledger, recorded: dict[str, str] | None
+) -> int | None:
+    """This run's settings, checked against the ledger's recorded ones (see
+    :func:`~zotsink._run.settings.reconcile`) and given to the ledger; the max_attempts that
+    applies (given, else recorded)."""
+    opts = o.write
     settings = run_settings(
         o.tasks,
         o.command,
         shell=o.shell,
-        array=index is not None,
+        array=o.index is not None,
         chunk=o.chunk,
         base=o.base,
         format=fmt,
         columns=opts.columns,
         kv=opts.kv,
         stamp=opts.stamp,
-        max_attempts=max_attempts,
+        max_attempts=o.max_attempts,
         call=o.call,
         array_job=job_id(o.env) if task_id(o.env) else "",
     )
@@ -263,43 +320,15 @@ def _run(o: RunOptions) -> RunReport:
         # chunked and pull runs share a ledger: pull is not compared, only recorded (for
         # status and missing), and each task runs once either way
         settings["pull"] = "follow" if o.follow else "yes"
-    try:
-        settings = reconcile(
-            recorded,
-            settings,
-            path=o.ledger_path,
-            array=index is not None,
-            new_settings=new_settings,
-        )
-    except UsageError:
-        ledger.close()
-        raise
-    max_attempts = recorded_max_attempts(settings)  # given, else recorded
-    # -- begin: what the ledger said of this run's tasks --------------------------------
-    ledger.begin(
-        queue.keys,
-        states,
-        seen,
-        rerun=o.rerun,
-        settings=settings,
-        recorded=recorded,
-        max_attempts=max_attempts,
-        control=control,
+    settings = reconcile(
+        recorded,
+        settings,
+        path=o.ledger_path,
+        array=o.index is not None,
+        new_settings=o.new_settings,
     )
-    queue.learn(states)
-    if control.closed and isinstance(source, FollowSource):
-        source.close(control.closed_lines)
-    halting = Halting(o.jobs, o.halt_after, again=systematic(_recent_ends(o.ledger_path), o.jobs))
-    if halting.probing:
-        queue.limit(1)
-    pool = _pool(o, queue, ledger, template, halting)
-    try:
-        pool.loop()
-    finally:
-        pool.close()
-    if o.follow:
-        selected = len(queue.keys)
-    return _report(o, selected, queue, pool, ledger, max_attempts)
+    ledger.record(settings, recorded)
+    return recorded_max_attempts(settings)
 
 
 def _element_tasks(o: RunOptions) -> list[Task]:
@@ -323,8 +352,8 @@ _RECENT_BYTES = 1 << 18
 
 
 def _recent_ends(path: str) -> list[tuple[str, object]]:
-    """The last ended tasks in the ledger's last rows, oldest first: each task's latest end
-    row's status and what its failure is grouped by (its exit, signal and note: the ledger
+    """The last ended tasks in the ledger's last rows, oldest first: each task's latest end's
+    status and what its failure is grouped by (its exit or signal and its note: the ledger
     keeps no stderr). Empty when there is no ledger yet; a hint, not a count."""
     try:
         fd, st = open_regular(path)  # a FIFO planted at the name must not hang the start
@@ -338,30 +367,34 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
         data = os.pread(fd, size - start, start)
     finally:
         os.close(fd)
-    lines = [line for _n, _at, block in row_blocks((data,), start=start) for line in rows_in(block)]
+    lines = data.split(b"\n")
     if start:
         lines = lines[1:]  # it may be the end of a row
     latest: dict[int, tuple[str, object]] = {}
     for line in lines:
         if not line.startswith(b"end\t"):
-            continue  # only end rows are split
+            continue  # only end rows are decoded
         row = parse_row(line)
         if row is None:
             continue
-        latest.pop(row.tasknum, None)  # its latest end row, in the order it came
-        why = alike_key(row.status, f"{row.exit}/{row.signal}/{row.note}", row.key)
-        latest[row.tasknum] = (row.status, why)
+        notes = parse_notes(row.fields["notes"])
+        for it in parse_end_items(row.fields["items"]):
+            latest.pop(it.num, None)  # its latest end, in the order it came
+            note = notes.get(f"{it.num}.{it.attempt}", "")
+            latest[it.num] = (it.status, alike_key(it.status, f"{it.code}/{note}", "")[1])
     return list(latest.values())
 
 
 def _pool(
     o: RunOptions,
-    queue: TaskQueue[Task],
+    queue: TaskQueue,
     ledger: Ledger,
+    looker: Looker,
     template: Encoder,
-    halting: Halting | None = None,
+    halting: Halting,
+    max_attempts: int | None,
 ) -> Pool:
-    """The pool, with OUT and the log opened through the locked append path."""
+    """The pool: the decisions, the backend, OUT and the log through the locked append path."""
     opts = o.write
 
     def _outlet(writer: Writer) -> Outlet:
@@ -376,49 +409,78 @@ def _pool(
     out = _outlet(Writer(o.out, lock=opts.lock, sync=opts.sync, header=template.header_line()))
     # the log is this user's own, as the ledger is: never through a link, never planted
     log = _outlet(
-        Writer(
-            o.log_path,
-            lock=opts.lock,
-            sync=opts.sync,
-            side_file=True,
-            mode=side_mode(o.out),
-        )
+        Writer(o.log_path, lock=opts.lock, sync=opts.sync, side_file=True, mode=side_mode(o.out))
     )
+    output = Output(template, out, log, opts.kv)
     env = o.env
     started = proc_start(os.getpid())
     if started is not None:  # every process of the run carries its mark (see .alive)
         env = {**env, RUN_VAR: run_mark(os.getpid(), started)}
-    how = Tasking(
-        o.command, o.shell, o.jobs, o.retries, o.task_timeout, o.grace, opts.kv, env, o.call
-    )
-    return Pool(
-        queue=queue,
-        how=how,
-        ledger=ledger,
-        output=Output(template, out, log, opts.kv),
-        commit_bytes=opts.batch_bytes,
-        stopper=o.stopper,
-        progress=o.progress,
+    poller = select.poll()
+    load_limit = LOAD_TIMEOUT if o.task_timeout is None else o.task_timeout
+    backend: Commands | Calls
+    if o.call is not None:
+        backend = Calls(
+            o.call, jobs=o.jobs, env=env, output=output, poller=poller, load_limit=load_limit
+        )
+    else:
+        backend = Commands(
+            o.command, shell=o.shell, jobs=o.jobs, env=env, output=output, poller=poller
+        )
+    now = time.monotonic()
+    deadline = None if o.deadline is None else now + (o.deadline - time.time())
+    plan = Plan(
+        calls=o.call is not None,
+        jobs=o.jobs,
+        retries=o.retries,
+        task_timeout=o.task_timeout,
+        grace=o.grace,
         idle=o.idle,
         task_time=o.task_time,
-        halting=halting,
+        deadline=deadline,
+        commit_bytes=opts.batch_bytes,
+        load_limit=load_limit,
+        call=o.call or "",
+        log=o.log_path,
+        max_attempts=max_attempts,
     )
+    state = RunState(plan, queue, halting=halting, now=now, signame=signame)
+    return Pool(
+        state=state,
+        backend=backend,
+        poller=poller,
+        ledger=ledger,
+        looker=looker,
+        output=output,
+        stopper=o.stopper,
+        progress=o.progress,
+    )
+
+
+def _elsewhere(selected: int, queue: TaskQueue, state: RunState) -> int:
+    """Tasks another run finished or runs: a chunk's as its looks found them; a pull run's,
+    every task of the list that was neither ok before it nor its own."""
+    if queue.mode == "chunk":
+        return queue.elsewhere
+    mine = len(state.final)
+    return max(selected - queue.skipped - mine - len(queue.given_up), 0)
 
 
 def _report(
     o: RunOptions,
     selected: int,
-    queue: TaskQueue[Task],
+    queue: TaskQueue,
     pool: Pool,
     ledger: Ledger,
     max_attempts: int | None,
 ) -> RunReport:
+    state = pool.state
     out, lg, bk = pool.output.out.outcome(), pool.output.log.outcome(), ledger.outcome()
     return RunReport(
         selected=selected,
         skipped=queue.skipped,
-        started=pool.started,
-        states=pool.final,
+        started=state.started,
+        states=state.final,
         records=out.records or 0,
         rejected=out.rejected,
         spilled=out.spilled + lg.spilled + bk.spilled,
@@ -427,14 +489,16 @@ def _report(
         log_path=o.log_path,
         ledger_path=o.ledger_path,
         signal=o.stopper.signum if o.stopper is not None else None,
-        error=out.error or lg.error or pool.ledger_error,
+        error=out.error or lg.error or state.error or pool.ledger_error,
         outcomes=(out, lg, bk),
-        elsewhere=queue.elsewhere,
-        halted=pool.halted,
+        elsewhere=_elsewhere(selected, queue, state),
+        halted=state.halted,
         given_up=len(queue.given_up),
         max_attempts=max_attempts,
         taken_over=queue.taken_over,
-        unknown=len(queue.unknown),
+        unknown=state.unknown,
         out_of_time=queue.out_of_time,
-        idled_out=pool.idled_out,
+        idled_out=state.idled_out,
+        stopped_by_row=state.stopped_by_row,
+        passed=tuple(state.passed),
     )

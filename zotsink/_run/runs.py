@@ -1,26 +1,28 @@
 """The runs a ledger names, and which of them are alive: what ``status`` shows of them.
 
-A run is a ``zotsink run`` process, known by the rows it wrote: its ``start`` rows carry
-its host, pid and the process's start time (:data:`~.alive.PROC_START`), its ``end`` rows
-the host, pid and job. Whether it is alive is :mod:`zotsink._run.alive`'s rule, asked of
-the runs that have a task running and of the few that wrote the latest rows (an idle run
-that follows its list), not of every run a long ledger names.
+A run is a ``zotsink run`` process, known by its ``run`` row: its host, the boot and pid
+namespace of its pid table, its pid and start time, its job and array element. Whether it
+is alive is :mod:`zotsink._run.alive`'s rule, asked of the runs that hold a task and of the
+few that wrote the latest rows (an idle run that follows its list), not of every run a long
+ledger names.
 
-The control rows come from the same pass (:class:`~.control.Control`): whether the list is
-closed, and a stop, which the runs begun before it are obeying while they live.
+The control rows come from the same pass (:class:`~zotsink._ledger.control.Control`):
+whether the list is closed, and a stop, which the runs begun before it are obeying while
+they live.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
-from .._ledgerfile import LedgerScan, ledger_time
-from .alive import PROC_START, run_alive
-from .control import Control
+from .._ledger.control import Control
+from .._ledger.format import iso_time, ledger_time
+from .._ledger.read import Snapshot
+from .._ledger.view import LedgerView
+from .alive import Judge
 
-__all__ = ["LiveRuns", "RunInfo", "read_runs"]
+__all__ = ["LiveRuns", "RunInfo", "live_runs", "read_runs"]
 
 #: Besides those with a task running, how many of the runs that wrote the latest rows are
 #: asked whether they are alive (an idle run that follows its list has no task running).
@@ -37,12 +39,13 @@ class RunInfo(NamedTuple):
     first_time: str  # its first row's time
     last_time: str  # its latest row's time
     first_at: int  # its first row's offset in the ledger
-    started: int  # attempts it started
+    started: int  # attempts it began
     ok: int  # attempts it ended ok
     not_ok: int  # attempts it ended otherwise
-    running: int  # tasks whose latest row is its start
+    running: int  # tasks it runs (begun, not ended)
     alive: bool | None  # None: nobody can tell (another host, no scheduler answer)
     stopping: bool  # a stop row came after it began
+    claimed: int = 0  # tasks it claimed and has not begun
 
     @property
     def rate(self) -> float | None:
@@ -82,106 +85,54 @@ class LiveRuns(NamedTuple):
         }
 
 
-class _Run:
-    """What a pass gathers of one run."""
-
-    __slots__ = ("array_task", "first_at", "first_time", "host", "job", "last_at", "last_time")
-    __slots__ += ("note", "not_ok", "ok", "pid", "started")
-
-    def __init__(self, at: int, time: str, job: str, task: str, host: str, pid: str) -> None:
-        self.first_at = self.last_at = at
-        self.first_time = self.last_time = time
-        self.job, self.array_task, self.host, self.pid = job, task, host, pid
-        self.note = ""
-        self.started = self.ok = self.not_ok = 0
-
-
-def _rows(scan: LedgerScan) -> Iterator[tuple[int, list[bytes], bytes]]:
-    """(offset, the first ten fields, the rest) of each row."""
-    for _n, at, line in scan.lines():
-        fields = line.split(b"\t", 10)
-        if len(fields) == 11:
-            yield at, fields[:10], fields[10]
+def live_runs(view: LedgerView, judge: Any, *, recent: int = RECENT_RUNS) -> LiveRuns:
+    """The runs a folded (and settled) view names that are alive, asked of ``judge``: the
+    runs holding tasks and the ``recent`` ones that wrote the latest rows (an idle run that
+    follows its list holds none)."""
+    held = view.held_by()
+    latest = sorted(view.runs, key=lambda r: r.last_at, reverse=True)[:recent]
+    asked = {r.index for r in latest} | {i for i in held if i >= 0}
+    live: list[RunInfo] = []
+    unknown: list[RunInfo] = []
+    control = view.control
+    for r in sorted((view.runs[i] for i in asked), key=lambda r: r.first_at):
+        alive = judge.run_alive(r)
+        claimed, running = held.get(r.index, (0, 0))
+        info = RunInfo(
+            host=r.host,
+            pid=r.pid,
+            job=r.job,
+            array_task=r.element,
+            first_time=iso_time(r.first_time),
+            last_time=iso_time(r.last_time),
+            first_at=r.first_at,
+            started=r.begun,
+            ok=r.ok,
+            not_ok=r.not_ok,
+            running=running,
+            alive=alive,
+            stopping=r.first_at < control.stop_at,
+            claimed=claimed,
+        )
+        if alive:
+            live.append(info)
+        elif alive is None and (info.running or info.claimed):
+            unknown.append(info)
+    return LiveRuns(live=live, unknown=unknown, control=control, runs=len(view.runs))
 
 
 def read_runs(
     ledger: str | os.PathLike[str],
     *,
-    host: str | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
     recent: int = RECENT_RUNS,
 ) -> LiveRuns:
-    """The runs ``ledger`` names that are alive (as seen from host ``host``, by default this
-    one), from one pass over a snapshot, with its control rows folded."""
-    here = os.uname().nodename if host is None else host
-    runs: dict[tuple[bytes, ...], _Run] = {}
-    current: dict[tuple[bytes, bytes, bytes], tuple[bytes, ...]] = {}  # (host, pid, job)
-    running: dict[bytes, tuple[bytes, ...]] = {}  # task number -> the run of its start
-    control = Control()
-    scan = LedgerScan(ledger, lock=lock, timeout=timeout)
-    try:
-        for at, f, rest in _rows(scan):
-            event, time, num = f[0], f[1], f[2]
-            if num == b"0":
-                control = control.feed(b"\t".join([*f, rest]), at)
-                continue
-            if event not in (b"start", b"end"):
-                continue
-            who = (f[7], f[8], f[5])
-            key = current.get(who)
-            if event == b"start":
-                # exit signal seconds records bytes note ...: the note holds the start time
-                parts = rest.split(b"\t", 6)
-                note = parts[5] if len(parts) > 5 else b""
-                key = (*who, note if note.startswith(PROC_START.encode()) else b"")
-                current[who] = key
-            elif key is None:
-                key = current[who] = (*who, b"")
-            run = runs.get(key)
-            text = time.decode("utf-8", "replace")
-            if run is None:
-                run = runs[key] = _Run(at, text, *(x.decode("utf-8", "replace") for x in f[5:9]))
-                run.note = key[3].decode("utf-8", "replace")
-            run.last_at, run.last_time = at, text
-            if event == b"start":
-                run.started += 1
-                running[num] = key
-            else:
-                if f[9] == b"ok":
-                    run.ok += 1
-                else:
-                    run.not_ok += 1
-                if running.get(num) is not None:
-                    del running[num]
-    finally:
-        scan.close()
-    busy: dict[tuple[bytes, ...], int] = {}
-    for key in running.values():
-        busy[key] = busy.get(key, 0) + 1
-    latest = sorted(runs, key=lambda k: runs[k].last_at, reverse=True)[:recent]
-    live: list[RunInfo] = []
-    unknown: list[RunInfo] = []
-    for key in sorted(set(busy) | set(latest), key=lambda k: runs[k].first_at):
-        r = runs[key]
-        alive = run_alive(r.host, r.pid, r.note, r.job, here, r.array_task)
-        info = RunInfo(
-            host=r.host,
-            pid=r.pid,
-            job=r.job,
-            array_task=r.array_task,
-            first_time=r.first_time,
-            last_time=r.last_time,
-            first_at=r.first_at,
-            started=r.started,
-            ok=r.ok,
-            not_ok=r.not_ok,
-            running=busy.get(key, 0),
-            alive=alive,
-            stopping=r.first_at < control.stop_at,
-        )
-        if alive:
-            live.append(info)
-        elif alive is None and info.running:
-            unknown.append(info)
-    return LiveRuns(live=live, unknown=unknown, control=control, runs=len(runs))
+    """The runs ``ledger`` names that are alive (as seen from this host), from one pass over
+    a snapshot, with its control rows folded."""
+    view = LedgerView()
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
+    judge = Judge()
+    view.settle(judge)
+    return live_runs(view, judge, recent=recent)

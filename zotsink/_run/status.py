@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -11,14 +10,15 @@ from typing import Any, NamedTuple
 from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
-from .._ledgerfile import ledger_time
+from .._ledger.format import ledger_time
+from .._ledger.pieces import out_file
+from .._ledger.read import Snapshot
+from .._ledger.view import FAILING, STATES, LedgerView
 from ..errors import UsageError
-from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
-from .control import read_control
+from .alive import SCHEDULER_WAIT, Judge, forget_jobs, job_alive, scheduler_wait
 from .logline import log_lines
-from .runs import LiveRuns, read_runs
-from .settings import recorded_array
-from .states import FAILING, STATES, LedgerTally, TaskState
+from .runs import LiveRuns, live_runs
+from .settings import recorded_array, recorded_max_attempts
 from .tasks import Task, task_lines
 
 __all__ = [
@@ -26,8 +26,11 @@ __all__ = [
     "LedgerMissing",
     "StatusReport",
     "failed_tasks",
+    "ledger_jobs",
     "ledger_missing",
     "ledger_time",
+    "ledger_view",
+    "out_of",
     "parse_states",
     "resubmit_specs",
     "task_status",
@@ -43,7 +46,7 @@ class StatusReport(NamedTuple):
     rate: float | None  # tasks ended ok per second, from the first start to the last end
     eta: float | None  # seconds until every task is ok at that rate; None when none runs
     slowest: list[tuple[int, float, str]]  # (task number, seconds, task line)
-    states: Mapping[int, TaskState]  # a LedgerTally: each last row is read when asked for
+    states: LedgerView  # where each task stands (state(num)), the runs, the control rows
     settings: dict[str, str] | None = None  # how the latest run was called (None: unknown)
     chunk: int = 1  # given, else recorded: what ``resubmit`` is in
     base: int = 1
@@ -62,6 +65,8 @@ class StatusReport(NamedTuple):
     runs_seen: int = 0
     # running tasks whose run's life nothing here can tell (another host, no scheduler)
     unknown: frozenset[int] = frozenset()
+    # the scheduler's jobs that ran tasks of the ledger (CLUSTER:JOB where it names one)
+    jobs: tuple[str, ...] = ()
 
     @property
     def all_ok(self) -> bool:
@@ -80,7 +85,7 @@ class StatusReport(NamedTuple):
             "rate_per_hour": None if self.rate is None else round(self.rate * 3600, 3),
             "eta_seconds": None if self.eta is None else round(self.eta, 1),
             "slowest": [{"tasknum": n, "seconds": s, "key": k} for n, s, k in self.slowest],
-            "not_ok": array_spec(n for n in self.states if _state(self.states, n) != "ok"),
+            "not_ok": array_spec(n for n in self._nums() if _state(self.states, n) != "ok"),
             "given_up": array_spec(self.given_up()),
             "settings": self.settings,
             "chunk": self.chunk,
@@ -92,7 +97,11 @@ class StatusReport(NamedTuple):
             "runs": None if self.runs is None else self.runs.to_dict(),
             "pull": self.pull,
             "unknown": array_spec(self.unknown),
+            "jobs": list(self.jobs),
         }
+
+    def _nums(self) -> Iterable[int]:
+        return self.states.keys or ()
 
     @property
     def to_run(self) -> int:
@@ -101,25 +110,78 @@ class StatusReport(NamedTuple):
 
     def given_up(self) -> list[int]:
         """The tasks given up (see ``--max-attempts``)."""
-        return [n for n in self.states if _state(self.states, n) == "given-up"]
+        return [n for n in self._nums() if _state(self.states, n) == "given-up"]
 
     def resubmit(self) -> str:
         """The array indices (in ``chunk`` and ``base``) whose chunk holds a task to run
         again: not ok, not given up, not running."""
         return array_spec(
             chunk_of(n, self.chunk, self.base)
-            for n in self.states
+            for n in self._nums()
             if _state(self.states, n) in _TO_RUN
         )
 
 
 #: The states of a task that waits for a run (what ``status --waiting`` asks).
-_TO_RUN = frozenset(STATES) - {"ok", "given-up", "running"}
+_TO_RUN = frozenset(STATES) - {"ok", "given-up", "running", "claimed"}
 
 
-def _state(states: Mapping[int, TaskState], num: int) -> str:
-    # A tally answers without reading the task's last row again.
-    return states.state(num) if isinstance(states, LedgerTally) else states[num].state
+def _state(states: LedgerView, num: int) -> str:
+    return states.state(num)
+
+
+def ledger_view(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+    max_attempts: int | None = None,
+    wait_scheduler: float | None = SCHEDULER_WAIT,
+) -> tuple[LedgerView, int | None]:
+    """Where every runnable task of ``tasks`` stands according to ``ledger``: one pass
+    over a snapshot, the task list's lines checked against what each claim names, OUT (as
+    the latest run recorded it) checked for each ok task's piece, and the runs judged
+    (this host's pid table, else the scheduler within ``wait_scheduler`` seconds); the
+    max_attempts that applies (given, else recorded)."""
+    keys, _ = task_lines(tasks)
+    view = LedgerView(keys, pieces=True)
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
+    view.verify()
+    if max_attempts is None:
+        max_attempts = recorded_max_attempts(view.settings)
+    where = out_of(os.fspath(ledger), view.settings)
+    found = out_file(where) if where is not None else None
+    judge = Judge(wait=wait_scheduler)
+    if where is None:
+        view.settle(judge, max_attempts=max_attempts)
+    else:
+        view.settle(judge, max_attempts=max_attempts, out=found)
+    return view, max_attempts
+
+
+def ledger_jobs(
+    ledger: str | os.PathLike[str], *, lock: str = "auto", timeout: float = 600.0
+) -> list[str]:
+    """The scheduler's jobs whose runs wrote to ``ledger``, in the order they first did
+    (``CLUSTER:JOB`` where the scheduler names a cluster); no scheduler is asked."""
+    view = LedgerView()
+    with Snapshot(ledger, lock=lock, timeout=timeout) as snap:
+        view.feed(snap.rows())
+    return list(dict.fromkeys(r.job for r in view.runs if r.job))
+
+
+def out_of(ledger: str, settings: Mapping[str, str] | None) -> str | None:
+    """OUT, for the check of ok ends: the file the latest run recorded (relative to the
+    ledger), whether a file of that name exists or not (a rotated OUT's tasks are lost);
+    else, for a ledger of an older release, the file the ledger is beside (when it exists);
+    None: nothing to check against."""
+    recorded = (settings or {}).get("out")
+    if recorded:
+        return os.path.join(os.path.dirname(os.path.abspath(ledger)), recorded)
+    beside = ledger[: -len(".ledger")] if ledger.endswith(".ledger") else ""
+    return beside if beside and os.path.lexists(beside) else None
 
 
 def task_status(
@@ -143,48 +205,57 @@ def task_status(
     says so."""
     if fresh:
         forget_jobs()
-    keys, _ = task_lines(tasks)
     with scheduler_wait(wait_scheduler) as late:
-        tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout, max_attempts=max_attempts)
-        counts = tally.counts()
+        view, max_attempts = ledger_view(
+            tasks,
+            ledger,
+            lock=lock,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            wait_scheduler=None,
+        )
+        counts = view.counts()
+        jobs = sorted({r.job for r in view.runs if r.job})
         # Runs without a scheduler (no job id) that are all gone leave nothing to wait
         # for; a job the scheduler cannot answer about may still start tasks.
-        waiting = tally.first_time is None or (
-            counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
+        waiting = not view.runs or (
+            counts["never"] > 0 and any(job_alive(_element(j)) is not False for j in jobs)
         )
-        # The live runs cost a second pass over the ledger: made only while a task runs
-        # (a run between tasks, or waiting for a followed list's lines, is not shown then);
-        # the control rows are found by the C-speed search for task 0's rows.
-        if counts["running"]:
-            runs = read_runs(ledger, lock=lock, timeout=timeout)
-        else:
-            control, _size = read_control(ledger, lock=lock, timeout=timeout)
-            runs = LiveRuns([], [], control, tally.runs)
-    start, end = (ledger_time(t) if t else None for t in (tally.first_time, tally.last_time))
-    span = end - start if start is not None and end is not None else 0.0
+        runs = live_runs(view, Judge(wait=None))
+    total = len(view.keys or ())
+    first, last = view.first_time, view.last_time
+    span = last - first if view.runs and last > first else 0.0
     rate = counts["ok"] / span if span > 0 and counts["ok"] else None
     # an ETA only while something runs: a rate says nothing of tasks nobody is running
-    eta = (len(keys) - counts["ok"]) / rate if rate and counts["running"] else None
-    chunk, base = recorded_array(tally.settings, chunk, base, path=os.fspath(ledger))
+    running = counts["running"] + counts["claimed"]
+    eta = (total - counts["ok"]) / rate if rate and running else None
+    chunk, base = recorded_array(view.settings, chunk, base, path=os.fspath(ledger))
     return StatusReport(
-        total=len(keys),
+        total=total,
         counts=counts,
         rate=rate,
         eta=eta,
-        slowest=tally.slowest(slowest),
-        median=tally.median_seconds() if slowest else None,
-        states=tally,
-        settings=tally.settings,
+        slowest=view.slowest(slowest),
+        median=view.median_seconds() if slowest else None,
+        states=view,
+        settings=view.settings,
         chunk=chunk,
         base=base,
-        max_attempts=tally.max_attempts,
+        max_attempts=max_attempts,
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
         runs=runs,
-        pull=bool((tally.settings or {}).get("pull")),
-        runs_seen=tally.runs,
-        unknown=tally.unknown,
+        pull=bool((view.settings or {}).get("pull")),
+        runs_seen=len(view.runs),
+        unknown=frozenset(view.unknown),
+        jobs=tuple(jobs),
     )
+
+
+def _element(job: str) -> str:
+    """A ledger's job id as the scheduler knows it (its cluster left out: asked of this
+    one's)."""
+    return job.rpartition(":")[2]
 
 
 def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
@@ -251,8 +322,8 @@ def ledger_missing(
             f"the ledger {path} does not exist: check the path (`zotsink run` writes "
             "OUT.ledger beside OUT, or the file given with --ledger)"
         )
-    keys, _ = task_lines(tasks)
-    found = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    found, max_attempts = ledger_view(tasks, ledger, lock=lock, timeout=timeout)
+    keys = found.keys or {}
     chunk, base = recorded_array(found.settings, chunk, base, path=path)
     picked = [Task(n, line) for n, line in keys.items() if found.state(n) in wanted]
     given_up = [] if "given-up" in wanted else [n for n in keys if found.state(n) == "given-up"]
@@ -260,7 +331,9 @@ def ledger_missing(
     if pull:
         # any element takes any task: as many as ran before, never more than tasks left
         n = min(
-            len(picked), max(found.runs, 1), max(max_array - 1, 1) if max_array else len(picked)
+            len(picked),
+            max(len(found.runs), 1),
+            max(max_array - 1, 1) if max_array else len(picked),
         )
         specs = [("1" if n == 1 else f"1-{n}", 1)] if n > 0 else []
     else:
@@ -272,7 +345,7 @@ def ledger_missing(
         given_up=given_up,
         chunk=chunk,
         base=base,
-        max_attempts=found.max_attempts,
+        max_attempts=max_attempts,
         pull=pull,
     )
 
@@ -355,32 +428,28 @@ def failed_tasks(
     attempts alone, however large the log. Lines of an older log carry no attempt: they
     count for the task's latest attempt.
     """
-    keys, _ = task_lines(tasks)
-    tally = LedgerTally(ledger, keys, lock=lock, timeout=timeout)
+    view, _max = ledger_view(tasks, ledger, lock=lock, timeout=timeout)
+    keys = view.keys or {}
     found: dict[int, FailedTask] = {}
     for n in keys:
-        state = tally.state(n)
+        state = view.state(n)
         if state not in FAILING and state != "given-up":
             continue
-        row = tally[n].last
-        if row is None or row.event != "end":
+        got = view.latest_fail(n)
+        if got is None:
             continue
-        try:
-            secs: float | None = float(row.seconds)
-        except ValueError:
-            secs = None
-        if secs is not None and math.isnan(secs):
-            secs = None
-        attempt = int(row.attempt) if row.attempt.isdigit() else 0
+        item = got[0]
+        code = item.code
+        numeric = code.lstrip("-").isdigit()
         found[n] = FailedTask(
             tasknum=n,
             line=keys[n],
             state=state,
-            status=row.status,
-            attempt=attempt,
-            exit=row.exit,
-            signal=row.signal,
-            seconds=secs,
+            status=item.status,
+            attempt=item.attempt,
+            exit=code if numeric else "",
+            signal="" if numeric else code,
+            seconds=item.seconds / 1e6,
             stderr=[],
         )
     if not found or last <= 0:

@@ -9,12 +9,22 @@ of :mod:`zotsink._arrays`.
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import NamedTuple
 
 from ..errors import InputError
 
-__all__ = ["Task", "read_tail", "read_tasks", "task_argv", "task_lines", "task_of"]
+__all__ = [
+    "Cursor",
+    "Task",
+    "lines_of",
+    "read_ahead",
+    "read_tail",
+    "read_tasks",
+    "task_argv",
+    "task_lines",
+    "task_of",
+]
 
 
 class Task(NamedTuple):
@@ -111,3 +121,106 @@ def task_argv(command: Sequence[str], line: str, shell: bool) -> list[str]:
     if any("{}" in a for a in command):
         return [a.replace("{}", line) for a in command]
     return [*command, line]
+
+
+class Cursor(NamedTuple):
+    """Where a claim by the cursor ended: the next line's number and byte offset, and the
+    CRC of the bytes from the cursor's old place to its new one."""
+
+    next: int
+    at: int
+    span: int
+    span_crc: int
+
+
+def read_ahead(
+    path: str | os.PathLike[str],
+    start: Cursor,
+    want: int,
+    *,
+    skip: Callable[[int], bool],
+    closed_lines: int | None,
+) -> tuple[list[Task], Cursor, list[int]]:
+    """Up to ``want`` tasks of the task list from ``start`` (a claim's cursor, under the
+    ledger's lock): the tasks, where the cursor is after them, and the numbers of lines
+    with a NUL byte passed by (no task: a producer that wrote binary, or the zero bytes a
+    crashed network client leaves).
+
+    The list's bytes the last claim went over (``start.span`` bytes ending at ``start.at``)
+    must be the ones that claim read (their CRC, ``start.span_crc``): a list rewritten
+    under the runs (emptied and filled anew, truncated, edited) raises
+    :class:`InputError`, and nothing is claimed. Lines are taken whole; a last line
+    without its newline is being written and waits, unless the list is closed at
+    ``closed_lines`` lines and it is one of them. ``skip(num)``: a line claimed by name
+    since (another run's chunk), passed over."""
+    import zlib
+
+    p = os.fspath(path)
+    begin = start.at - start.span
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"cannot read task list {p}: {e.strerror or e}", path=p) from None
+    try:
+        window = max(1 << 16, 256 * want)
+        while True:
+            data = os.pread(fd, start.span + window, begin)
+            if start.span and zlib.crc32(data[: start.span]) != start.span_crc:
+                raise InputError(
+                    f"the task list {p} changed under the runs: its bytes before byte "
+                    f"{start.at} are no longer the lines they claimed (emptied, truncated, "
+                    "edited or replaced); lines may only ever be added at its end "
+                    f"(`zotsink add {p} LINE`): nothing more is claimed",
+                    path=p,
+                )
+            eof = len(data) < start.span + window
+            tasks, cursor, bad, more = _take(data, start, want, skip, closed_lines, eof)
+            if not more or eof:
+                return tasks, cursor, bad
+            window *= 4  # a window of long lines, or of lines passed over: read further
+    finally:
+        os.close(fd)
+
+
+def _take(
+    data: bytes,
+    start: Cursor,
+    want: int,
+    skip: Callable[[int], bool],
+    closed_lines: int | None,
+    eof: bool,
+) -> tuple[list[Task], Cursor, list[int], bool]:
+    import zlib
+
+    tasks: list[Task] = []
+    bad: list[int] = []
+    pos = start.span
+    num = start.next
+    end = len(data)
+    while len(tasks) < want and pos < end:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            if not eof or closed_lines is None or num > closed_lines:
+                break  # being written (or past what was read): it waits for its newline
+            nl = end  # the list is closed: its last line is whole as it is
+        raw = data[pos:nl]
+        after = min(nl + 1, end)
+        if b"\0" in raw:
+            bad.append(num)
+        elif not skip(num):
+            task = task_of(num, raw)
+            if task is not None:
+                tasks.append(task)
+        pos = after
+        num += 1
+    more = len(tasks) < want and pos >= end
+    span = pos - start.span
+    crc = zlib.crc32(data[start.span : pos])
+    return tasks, Cursor(num, start.at + span, span, crc), bad, more
+
+
+def lines_of(path: str | os.PathLike[str], nums: Container[int]) -> dict[int, str]:
+    """The runnable lines of ``path`` among the task numbers ``nums`` (a look at the tasks
+    of other runs, whose lines are needed: what a claim proves it claimed)."""
+    lines, _count = task_lines(path, only=nums)
+    return lines

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     import subprocess
 
 __all__ = [
+    "BATCH_BYTES",
+    "BATCH_SECONDS",
+    "MAX_BATCH",
     "Worker",
     "call_spec",
     "function_spec",
@@ -57,6 +60,14 @@ __all__ = [
 ]
 
 _READ_SIZE: Final = 1 << 16
+#: The work a worker is sent at once, in seconds of its calls, about: while calls are quick
+#: it gets more tasks per frame (fewer frames, reads and wake-ups per task); a task queued
+#: behind others in its worker waits for them about this long at most.
+BATCH_SECONDS: Final = 0.005
+#: The most tasks in one frame, and the most bytes of their lines in a frame sent to a
+#: worker that has tasks still (a frame never waits in a full pipe).
+MAX_BATCH: Final = 64
+BATCH_BYTES: Final = 16384
 
 
 def call_spec(spec: str) -> str:
@@ -179,22 +190,21 @@ class Worker:
         self.pid = self.popen.pid
         self.pidfd = _pidfd(self.pid)  # readable when the process ended (None: not Linux)
         self.began = time.monotonic()  # when it began to load FUNC
-        #: Sent and not ended, in calling order: (the run's name for the task, tasknum,
-        #: attempt). The first is the call under way.
-        self.queued: deque[tuple[Any, int, int]] = deque()
-        self.sent: tuple[int, int] | None = None  # (tasknum, attempt) of the first queued
+        #: Sent and not ended, in calling order: (tasknum, attempt). The first is the call
+        #: under way.
+        self.queued: deque[tuple[int, int]] = deque()
         self.ready = False
         self.closed = False
         self.held = False  # told to begin nothing more (see hold)
-        #: Tasks to send at once: one, more while calls are quick (see Pool).
+        #: Tasks to send at once: one, more while calls are quick (see retune).
         self.batch = 1
         #: Seconds a call takes, recent ones weigh most (as the worker tells), and the last
         #: call it told of.
         self.call_time = 0.0
         self.timed: tuple[int, int] | None = None
+        self.load_ended = False  # its load was ended (too long): once
         self._cutter = LineCutter(max_line)
         self._prints_to = _Prints(self._mark, prints_to, self)
-        self.task: Any = None  # what the run calls the call under way (None: none)
 
     @property
     def batching(self) -> bool:
@@ -202,13 +212,47 @@ class Worker:
         shared with it, where the run says stop)."""
         return self._held is not None
 
-    def send(self, tasks: list[tuple[Any, int, int, str]]) -> bool:
-        """Hand the worker tasks, called in this order: (the run's name for the task, kept
-        until its call ends; tasknum; attempt; line). False when it is gone."""
-        for task, num, attempt, _line in tasks:
-            self.queued.append((task, num, attempt))
-        self.sent = self.queued[0][1:]
-        data = marshal.dumps([(num, attempt, line) for _, num, attempt, line in tasks])
+    @property
+    def sent(self) -> tuple[int, int] | None:
+        """The call under way (or about to begin): the first task sent and not ended."""
+        return self.queued[0] if self.queued else None
+
+    def room(self) -> int:
+        """Tasks to send it now: none until it is down to half its batch."""
+        if not self.ready or self.closed or self.held:
+            return 0
+        queued = len(self.queued)
+        return self.batch - queued if queued <= self.batch // 2 else 0
+
+    def loaded(self) -> None:
+        """It loaded the function: it takes tasks."""
+        self.ready = True
+
+    def retune(self, call: tuple[int, int], seconds: float) -> None:
+        """A call of it ended after ``seconds`` (the run's measure, when its end mark said
+        nothing): more tasks at a time while calls are quick, so that a task queued behind
+        others waits for them about :data:`BATCH_SECONDS` at most."""
+        if not self.batching:
+            return
+        if self.timed != call:
+            self.took(call, seconds)
+        mean = self.call_time
+        fits = int(BATCH_SECONDS / mean) if mean > 0 else MAX_BATCH
+        self.batch = max(1, min(self.batch * 2, fits, MAX_BATCH))
+
+    def load_expired(self, now: float, limit: float) -> bool:
+        """Whether it has loaded the function for longer than ``limit`` seconds (once)."""
+        if self.ready or self.load_ended or now < self.began + limit:
+            return False
+        self.load_ended = True
+        return True
+
+    def send(self, tasks: list[tuple[int, int, str]]) -> bool:
+        """Hand the worker tasks, called in this order: (tasknum, attempt, line). False when
+        it is gone."""
+        for num, attempt, _line in tasks:
+            self.queued.append((num, attempt))
+        data = marshal.dumps(tasks)
         try:
             # whole: a signal may cut a long write short, and a frame cut is no frame
             write_all(self._tasks_w, FRAME_HEAD.pack(len(data)) + data)
@@ -225,10 +269,11 @@ class Worker:
     def holds(self, num: int, attempt: int) -> bool:
         """Whether the task ``num.attempt`` was sent to it and has not ended."""
         queued = self.queued
+        key = (num, attempt)
         for i in range(min(2, len(queued))):  # the call under way or the next: at once
-            if queued[i][1] == num and queued[i][2] == attempt:
+            if queued[i] == key:
                 return True
-        return any(n == num and a == attempt for _, n, a in queued)
+        return key in queued
 
     def frames(self) -> tuple[list[tuple[Any, ...]], bool]:
         """The whole frames the worker sent since the last look, and whether its results
@@ -276,7 +321,7 @@ class Worker:
             return f"a {kind!r} frame from process {frame[1]}, not the worker ({self.pid})"
         if kind == "back":
             back = [tuple(x) for x in frame[2]]
-            held = [(n, a) for _, n, a in list(self.queued)[: len(back)]]
+            held = list(self.queued)[: len(back)]
             if not back or back != held:
                 return f"tasks handed back ({frame[2]!r:.80}) that are not those it holds"
         elif size > 3:
@@ -309,26 +354,20 @@ class Worker:
             self._cutter.finish(self._prints_to, "")
         return came
 
-    def returned(self) -> Any:
-        """The call under way ended (its result came): the task it ran is handed back, and
-        the next queued is the call under way."""
-        task, self.task = self.task, None
-        self._prints_to.returned(self.sent)
+    def returned(self) -> tuple[int, int] | None:
+        """The call under way ended (its result came, or the worker died): its task, taken
+        off; the next queued is the call under way."""
+        call = self.sent
+        self._prints_to.returned(call)
         if self.queued:
             self.queued.popleft()
-        self.sent = self.queued[0][1:] if self.queued else None
-        return task
+        return call
 
-    def handed_back(self, n: int | None = None) -> list[tuple[Any, int]]:
+    def handed_back(self, n: int | None = None) -> list[tuple[int, int]]:
         """The first ``n`` tasks queued (None: all), not begun, taken off (the worker handed
-        them back, or it is gone): the run's names for them, each with its attempt."""
+        them back, or it is gone)."""
         n = len(self.queued) if n is None else n
-        tasks = []
-        for _ in range(min(n, len(self.queued))):
-            task, _num, attempt = self.queued.popleft()
-            tasks.append((task, attempt))
-        self.sent = self.queued[0][1:] if self.queued else None
-        return tasks
+        return [self.queued.popleft() for _ in range(min(n, len(self.queued)))]
 
     def hold(self) -> None:
         """Tell the worker to begin no more calls: it hands back the tasks it holds (a

@@ -88,9 +88,9 @@ def cat_cmd(
 
             ok = run_api(
                 lambda: {
-                    (r.tasknum, int(r.attempt))
+                    (r.tasknum, r.attempt)
                     for r in read_ledger(ledger, lock=lock, timeout=timeout)
-                    if r.event == "end" and r.status == "ok" and r.attempt.isdigit()
+                    if r.event == "end" and r.status == "ok"
                 }
             )
 

@@ -20,7 +20,7 @@ from ._common import (
 
 
 def _states() -> tuple[str, ...]:
-    from .._run.states import STATES  # a constant, read only when the shell completes
+    from .._ledger.view import STATES  # a constant, read only when the shell completes
 
     return STATES
 

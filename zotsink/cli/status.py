@@ -80,6 +80,14 @@ if TYPE_CHECKING:
     help="Print nothing; exit 0 when tasks wait for a run (not ok, not given up, not "
     "running), 1 when none does: the test of a cron line that submits a runner.",
 )
+@click.option(
+    "--jobs",
+    "list_jobs",
+    is_flag=True,
+    help="Print the scheduler's jobs whose runs wrote to the ledger, one per line "
+    "(CLUSTER:JOB where the scheduler names a cluster), and nothing else; no scheduler is "
+    "asked: for a script that checks them before it resubmits.",
+)
 @json_option
 @click.option("--watch", is_flag=True, help="Redraw a progress bar until nothing runs or waits.")
 @click.option(
@@ -110,6 +118,7 @@ def status_cmd(
     html_path: str | None,
     by: str | None,
     waiting: bool,
+    list_jobs: bool,
     as_json: bool,
     watch: bool,
     interval: float,
@@ -140,6 +149,12 @@ def status_cmd(
     if out is None and ledger is None:
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
+    if list_jobs:
+        from .. import ledger_jobs
+
+        jobs = run_api(lambda: ledger_jobs(path, lock=lock, timeout=timeout))
+        click.echo("".join(f"{job}\n" for job in jobs), nl=False)
+        return
 
     def read(**wait: float) -> StatusReport:
         return run_api(
