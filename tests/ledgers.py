@@ -204,12 +204,19 @@ class Book:
         seconds: float = 0.1,
         records: int = 0,
         note: str = "",
+        size_at: tuple[int, int] | None = None,
     ) -> Book:
+        """An end row; ``size_at``: (offset, bytes) of its records in OUT (a block of its
+        own, no checksum)."""
         item = EndItem(
             num, attempt, status, code, round(seconds * 1e6), None, records, 0, True, None, None
         )
         notes = notes_text({f"{num}.{attempt}": note} if note else {})
-        self._rows.append(("end", [":0", "", end_items_text([item]), notes]))
+        blocks = ""
+        if size_at is not None:
+            item = item._replace(size=size_at[1])
+            blocks = f"{size_at[0]}:{size_at[1]}:-1"
+        self._rows.append(("end", [":0", blocks, end_items_text([item]), notes]))
         return self
 
     def release(self, num: int, attempt: int = 1) -> Book:

@@ -37,6 +37,10 @@ class Batch:
         self._held = 0  # bytes of lines waiting outside the batch (see hold())
         self._oldest = 0.0  # when the oldest line, inside or held, came
 
+    def age(self, max_age: float) -> None:
+        """The age at which the batch is due from now on."""
+        self.max_age = max_age
+
     def __len__(self) -> int:
         """Records buffered."""
         return self._count

@@ -114,6 +114,14 @@ class BlockEncoder:
         ``tail -c +N`` count)."""
         return f"line {self.line_no}" if self.numbered else f"byte {start + 1}"
 
+    def counted(self) -> None:
+        """One record encoded elsewhere (a function's mapping) counts as a line here."""
+        self.line_no += 1
+
+    def refused(self, why: str, line: bytes) -> None:
+        """A record encoded elsewhere that was refused: it waits in :attr:`rejects`."""
+        self.rejects.append((why, line))
+
     def take_line(self) -> str:
         """Name the next input line, which the caller handles itself (a line over the limit,
         a part line at a stop); it moves :attr:`offset` past the line with :meth:`skip`."""

@@ -21,6 +21,7 @@ __all__ = [
     "fsync_dir",
     "is_tar_name",
     "line_blocks",
+    "lines_backwards",
     "lines_with_ends",
     "open_for_append",
     "open_regular",
@@ -349,6 +350,39 @@ def line_blocks(chunks: Iterable[bytes]) -> Iterator[tuple[list[bytes], bool]]:
             pending.append(rest)
     if pending:
         yield [b"".join(pending)], False
+
+
+def lines_backwards(fd: int, size: int, cap: int) -> Iterator[bytes | None]:
+    """The lines of an open file's first ``size`` bytes, last first, without their
+    newlines: first what follows the last newline (b"" when the bytes end with one), then
+    each whole line; a line longer than ``cap`` comes as None, never held whole (a crash's
+    run of zero bytes where a row was being written). The one backward cutter: a reader of
+    a file's last lines (the ledger's last row) cuts them here."""
+    end = size
+    pending: list[bytes] = []  # the line being put together, read backwards, in order
+    held = 0
+    while end > 0:
+        start = max(0, end - _BACK_WINDOW)
+        parts = os.pread(fd, end - start, start).split(b"\n")
+        for seg in reversed(parts[1:]):  # each is preceded by a newline in this window
+            if held + len(seg) > cap:
+                yield None
+            else:
+                yield b"".join([seg, *pending]) if pending else seg
+            pending, held = [], 0
+        head = parts[0]
+        if held + len(head) > cap:
+            pending, held = [], cap + 1  # too long to be a row, whatever comes before
+        elif head:
+            pending.insert(0, head)
+            held += len(head)
+        end = start
+    if held <= cap:
+        yield b"".join(pending)  # the first line: the header
+
+
+#: Bytes read at a time by lines_backwards.
+_BACK_WINDOW: Final = 1 << 16
 
 
 def capped_lines(chunks: Iterable[bytes], cap: int) -> Iterator[bytes]:

@@ -203,6 +203,10 @@ class Outlet:
         self.records += count
         return None
 
+    def repeated(self, n: int = 1) -> None:
+        """``n`` repeats of OUT's header were dropped from what came to it (counted)."""
+        self.repeated_headers += n
+
     def saved(self, block: Block, count: int, e: ZotsinkError) -> ZotsinkError:
         """Save a block its caller could not append (``e`` says why) where the user will
         look, as :meth:`write` does; the error, saying where."""

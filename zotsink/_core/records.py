@@ -332,11 +332,14 @@ class Encoder:
         self._fixed = dict(zip([f for f in self.stamp if f != "time"], fixed))
         self._time_at = self.stamp.index("time") if "time" in self.stamp else -1
 
-    def like(self, env: Mapping[str, str] | None = None) -> Encoder:
+    def like(self, env: Mapping[str, str] | None = None, *, known: bool = True) -> Encoder:
         """An encoder like this one (format, columns, stamp, what it knows of OUT) whose
-        stamps read ``env``: one per task of a run, each with its task number."""
+        stamps read ``env``: one per task of a run, each with its task number. ``known``
+        False: it knows no header of OUT's (one OUT had before its run is no header the run
+        knows)."""
         enc = Encoder(self.fmt, self.columns, self.stamp, env=self._env if env is None else env)
-        enc.out_header, enc.out_new = self.out_header, self.out_new
+        enc.out_header = self.out_header if known or self.out_new else None
+        enc.out_new = self.out_new
         return enc
 
     def set_columns(self, columns: Sequence[str]) -> None:

@@ -37,7 +37,7 @@ The kinds, with what they say:
 - ``worker``: a ``--call`` worker of the run (``PID:START``): the run's call tasks live
   while one does.
 - ``close`` (``lines``: how many lines the task list had), ``open``, ``stop``: what the runs
-  are told (see :mod:`zotsink._run.control`).
+  are told (see :mod:`zotsink._ledger.control`).
 
 A claim reads the ledger's last row, not its history: :class:`State` carries the cursor
 (the next task never claimed, ``next``, at byte ``at`` of the task list; the CRC of the

@@ -19,10 +19,15 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Final
 
 from .._core.backoff import HEADER_SETTLE, tries
-from .._core.fileio import fresh_stat, line_blocks, pread_chunks, side_file_problem
+from .._core.fileio import (
+    fresh_stat,
+    line_blocks,
+    lines_backwards,
+    pread_chunks,
+    side_file_problem,
+)
 from .._core.records import MAX_LINE
 from .._core.snapshot import snapshot
 from .._core.stop import Stopper
@@ -42,6 +47,7 @@ from .format import (
 __all__ = [
     "Snapshot",
     "first_line",
+    "last_rows",
     "restamp",
     "row_blocks",
     "rows_in",
@@ -49,8 +55,6 @@ __all__ = [
     "too_new",
 ]
 
-#: Bytes read from a ledger's end at a time, looking back for its last whole row.
-_TAIL: Final = 1 << 16
 
 
 def row_blocks(
@@ -162,11 +166,13 @@ class Snapshot:
             self.format = found[0]
 
     @classmethod
-    def under_lock(cls, path: str, fd: int, size: int, start: int) -> Snapshot:
-        """A pass over the rows from ``start`` to ``size`` of the format 2 ledger open at
-        ``fd``, which its caller holds (locked, or as its own snapshot) and closes."""
+    def under_lock(
+        cls, path: str, fd: int, size: int, start: int, fmt: int = FORMAT
+    ) -> Snapshot:
+        """A pass over the rows from ``start`` to ``size`` of the ledger (of format ``fmt``)
+        open at ``fd``, which its caller holds (locked, or as its own snapshot) and closes."""
         snap = cls.__new__(cls)
-        snap.path, snap.fd, snap.size, snap.format = path, fd, size, FORMAT
+        snap.path, snap.fd, snap.size, snap.format = path, fd, size, fmt
         snap.torn, snap.end = [], start
         return snap
 
@@ -264,7 +270,7 @@ def tail_state(path: str, fd: int, size: int, *, settle: bool, coherent: bool) -
 def _tail(fd: int, size: int) -> tuple[State, bool]:
     """(the state of the last whole row before ``size``, whether the read reached ``size``
     with no zero bytes in its last line)."""
-    lines = _backwards(fd, size)
+    lines = lines_backwards(fd, size, MAX_LINE)
     tail = next(lines, None)  # after the last newline: nothing, or a row being written
     first = True
     whole = True
@@ -278,32 +284,22 @@ def _tail(fd: int, size: int) -> tuple[State, bool]:
     return INITIAL, whole
 
 
-def _backwards(fd: int, size: int) -> Iterator[bytes | None]:
-    """The lines of the first ``size`` bytes, last first, without their newlines: first what
-    follows the last newline (b"" when the bytes end with one), then each whole line; a
-    line longer than any row may be (a crash's run of zero bytes) comes as None, never
-    held whole."""
-    end = size
-    pending: list[bytes] = []  # the line being put together, read backwards, in order
-    held = 0
-    while end > 0:
-        start = max(0, end - _TAIL)
-        parts = os.pread(fd, end - start, start).split(b"\n")
-        for seg in reversed(parts[1:]):  # each is preceded by a newline in this window
-            if held + len(seg) > MAX_LINE:
-                yield None
-            else:
-                yield b"".join([seg, *pending]) if pending else seg
-            pending, held = [], 0
-        head = parts[0]
-        if held + len(head) > MAX_LINE:
-            pending, held = [], MAX_LINE + 1  # too long to be a row, whatever comes before
-        elif head:
-            pending.insert(0, head)
-            held += len(head)
-        end = start
-    if held <= MAX_LINE:
-        yield b"".join(pending)  # the first line: the header
+def last_rows(fd: int, size: int, limit: int) -> list[Row]:
+    """The whole rows in the last ``limit`` bytes of the ledger open at ``fd`` (of ``size``
+    bytes), oldest first: what a run reads of the latest ends (a hint, not a count)."""
+    rows: list[Row] = []
+    seen = 0
+    for line in lines_backwards(fd, size, MAX_LINE):
+        if line is None:
+            continue
+        seen += len(line) + 1
+        if seen > limit:
+            break
+        row = parse_row(line)
+        if row is not None:
+            rows.append(row)
+    rows.reverse()
+    return rows
 
 
 def restamp(path: str, fd: int, size: int, data: bytes, *, coherent: bool) -> bytes:
@@ -315,7 +311,7 @@ def restamp(path: str, fd: int, size: int, data: bytes, *, coherent: bool) -> by
 
     state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
     out: list[bytes] = []
-    for line in data.split(b"\n"):
+    for line in (ln for lines, _whole in line_blocks((data,)) for ln in lines):
         if not line:
             continue
         row = parse_row(line)

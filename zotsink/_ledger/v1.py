@@ -91,6 +91,7 @@ def translate(
     width = len(names)
     where = {name: names.index(name) for name in COLUMNS if name in names}
     runs: dict[tuple[str, str, str], str] = {}  # (host, pid, job) -> run id
+    keys: dict[int, str] = {}  # the line each task number last ran as
     declared: set[str] = set()
     torn = 0
     first_torn = -1
@@ -150,8 +151,12 @@ def translate(
         att = got.get("attempt", "")
         attempt = int(att) if att.isdigit() else 1
         if event == "start":
-            crc = line_crc([got.get("key", "")])
-            tasks = tasks_text([(num, attempt)])
+            key = got.get("key", "")
+            crc = line_crc([key])
+            # a number that ran as another line before: its earlier attempts say nothing
+            fresh = keys.get(num, key) != key
+            keys[num] = key
+            tasks = tasks_text([(num, attempt, fresh)])
             yield at, Row("claim", t, run, {"tasks": tasks, "lines": f"{crc:x}"}, INITIAL)
             if pid.isdigit():
                 items = f"{num}.{attempt}:{pid}:{start or '0'}"

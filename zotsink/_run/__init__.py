@@ -1,10 +1,20 @@
 """``zotsink run`` and ``zotsink status``: job-array tasks with one locked ledger.
 
-tasks (task lists) · ledger (the rows a run writes, the claim) · states (the one fold of
-rows into task states, the tally) · settings (the recorded settings and their policy) ·
-queue (which tasks are this run's next) · pool (the poll loop) · attempt (one attempt's
-phases and output) · commit (group commit) · worker (function workers) · logline (the
-log's lines) · alive (is a start row's run alive) · runner (``run_tasks``) · status. The
-ledger's file format and readers are :mod:`zotsink._ledgerfile`; array arithmetic
+The decisions (no I/O): state (``RunState``: fed a turn's events, returns instructions) ·
+attempt (one attempt's phases and end) · queue (which tasks to claim and start next) ·
+commit (when a group commit is due) · halting (when failures stop the claims) · events
+(the events and instructions the two sides share) · failures (how failures are grouped).
+
+The I/O: pool (the poll loop, carrying out instructions) · commands and calls (the two
+backends: command processes; function workers, with worker, frames and serve) · output
+(records held per attempt, their append to OUT, the log) · ledger (the rows a run writes,
+its claims) · look (what a look at other runs' tasks finds) · migrate (a format 1 ledger
+made format 2) · alive (is a run, or a task's process, alive: the pid table, else the
+scheduler) · tasks (task lists, read by offset) · logline (the log's lines) · add and close
+(``zotsink add``, ``close``, ``stop``) · options and settings (a run's options checked; the
+recorded settings and their policy) · runner (``run_tasks``) · status, runs, report
+(reading the ledger back: counts, live runs, attempts, the HTML page).
+
+The ledger's format and its one row view are :mod:`zotsink._ledger`; array arithmetic
 :mod:`zotsink._arrays`.
 """

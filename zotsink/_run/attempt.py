@@ -58,7 +58,6 @@ class Attempt:
     """One attempt as the decisions see it: its phase, deadline and how it ended."""
 
     __slots__ = (
-        "begun_row",
         "claimed_at",
         "closed",
         "code",
@@ -91,7 +90,6 @@ class Attempt:
         self.notes: list[str] = []
         self.pid = 0
         self.start = ""
-        self.begun_row = False  # its begin row is written (or on its way)
         self.closed = False  # every pipe of it was read to its end
 
     # -- its life -------------------------------------------------------------------------
@@ -103,6 +101,14 @@ class Attempt:
         self.phase = "running"
         self.started = now
         self.pid, self.start = pid, start
+
+    def note(self, text: str) -> None:
+        """What is unusual about it, for its end row's note."""
+        self.notes.append(text)
+
+    def interrupted(self) -> None:
+        """It died of a stop signal and the run was stopped too: a stop's, not a failure."""
+        self.ended_by = "interrupted"
 
     def limit(self, at: float) -> None:
         """SIGTERM is due at ``at`` (``--task-timeout``)."""

@@ -49,6 +49,8 @@ class _Pipe:
 
 
 class _Child:
+    """A command task's process, its pipes, and when to look for its exit next."""
+
     __slots__ = ("capture", "exited", "key", "pipes", "popen", "reap_wait")
 
     def __init__(self, key: Key, popen: subprocess.Popen[bytes], capture: Capture) -> None:
@@ -58,6 +60,28 @@ class _Child:
         self.pipes: dict[int, _Pipe] = {}
         self.exited = False
         self.reap_wait = 0.0005  # seconds until the next look for its exit
+
+    def watch(self, fd: int, pipe: _Pipe) -> None:
+        self.pipes[fd] = pipe
+
+    def closed(self, fd: int) -> bool:
+        """Pipe ``fd`` was read to its end; whether it was its last."""
+        del self.pipes[fd]
+        return not self.pipes
+
+    def ended(self) -> None:
+        """Its process exited (reaped)."""
+        self.exited = True
+
+    def next_look(self) -> float:
+        """Seconds until its exit is looked for again: soon once its pipes closed (the exit
+        follows at once), then less often (a fixed wait would be added to every quick
+        task); each second while a pipe is open (a task that exited behind a pipe held)."""
+        if self.pipes:
+            return 1.0
+        wait = self.reap_wait
+        self.reap_wait = min(wait * 2, 0.05)
+        return wait
 
 
 class Commands:
@@ -118,7 +142,7 @@ class Commands:
         err = self.output.log_lines(task.num, attempt)
         for f, sink in ((popen.stdout, capture), (popen.stderr, err)):
             pipe = _Pipe(key, f, sink)
-            child.pipes[f.fileno()] = pipe
+            child.watch(f.fileno(), pipe)
             self.pipes[f.fileno()] = pipe
             self.poller.register(f.fileno(), _POLL_IN)
         self.children[key] = child
@@ -160,8 +184,7 @@ class Commands:
         pipe.file.close()
         if child is None:
             return []
-        del child.pipes[fd]
-        if child.pipes:
+        if not child.closed(fd):
             return []
         if child.exited:
             self._forget(child.key)
@@ -203,7 +226,7 @@ class Commands:
             if got is None:
                 continue
             code, usage = got
-            child.exited = True
+            child.ended()
             events.append(Exited(key, code, usage))
             if not child.pipes:
                 self._forget(key)
@@ -215,17 +238,7 @@ class Commands:
 
     def wait(self) -> float | None:
         """Seconds until the children should be looked at again (None: their pipes tell)."""
-        waits = []
-        for child in self.children.values():
-            if child.exited:
-                continue
-            if not child.pipes:
-                # its pipes closed: its exit follows at once, so look again soon, then less
-                # often (a fixed wait would be added to every quick task)
-                waits.append(child.reap_wait)
-                child.reap_wait = min(child.reap_wait * 2, 0.05)
-            else:
-                waits.append(1.0)  # a task that exited behind an open pipe
+        waits = [c.next_look() for c in self.children.values() if not c.exited]
         return min(waits) if waits else None
 
     def signal(self, key: Key, signum: int) -> None:

@@ -50,7 +50,7 @@ class CommitGroup:
         """An attempt ended at ``now`` after ``took`` seconds of its own, holding ``size``
         bytes of records: it waits for the group's commit."""
         self.mean_task = took if self.mean_task is None else 0.8 * self.mean_task + 0.2 * took
-        self._batch.max_age = min(MAX_COMMIT_WINDOW, max(COMMIT_WINDOW, 2 * self.mean_task))
+        self._batch.age(min(MAX_COMMIT_WINDOW, max(COMMIT_WINDOW, 2 * self.mean_task)))
         self.attempts.append(attempt)
         # every attempt waits with its end row to write: a newline at least, so that one
         # without records starts the window too

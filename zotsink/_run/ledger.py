@@ -66,7 +66,7 @@ from .events import Key
 from .queue import Candidate
 from .tasks import Cursor, Task, read_ahead
 
-__all__ = ["ClaimResult", "Ledger", "write_control"]
+__all__ = ["ClaimResult", "Ledger", "header_of", "write_control"]
 
 
 class ClaimResult(NamedTuple):
@@ -86,6 +86,29 @@ class _Want(NamedTuple):
     named: Sequence[Candidate]
     cursor: bool
     closed_lines: int | None
+
+
+def header_of(path: str) -> bytes:
+    """The first line of the ledger at ``path`` (kept whatever release of this format wrote
+    it), or a new ledger's; a ledger of a newer format is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return header_line()
+    try:
+        line = first_line(fd)
+    except OSError:
+        line = b""
+    finally:
+        os.close(fd)
+    found = header_format(line) if line else None
+    if found is not None and found[0] == FORMAT:
+        return line
+    if found is not None and found[0] > FORMAT:
+        raise too_new(path, *found)
+    # empty, format 1 (migrated in open(), after which it is this release's), or no
+    # ledger (the reader's refusal says so)
+    return header_line()
 
 
 class Ledger:
@@ -123,7 +146,7 @@ class Ledger:
             self.path,
             lock=lock,
             sync="fsync",
-            header=self._header(),
+            header=header_of(self.path),
             side_file=True,
             prepare=self._hook,
         )
@@ -138,27 +161,6 @@ class Ledger:
         self._conflict: str | None = None
         self._cursor = INITIAL
 
-    def _header(self) -> bytes:
-        """The first line this ledger has (kept whatever release wrote it), or a new one's."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return header_line()
-        try:
-            line = first_line(fd)
-        except OSError:
-            line = b""
-        finally:
-            os.close(fd)
-        found = header_format(line) if line else None
-        if found is not None and found[0] == FORMAT:
-            return line
-        if found is not None and found[0] > FORMAT:
-            raise too_new(self.path, *found)
-        # empty, format 1 (migrated in open(), after which it is this release's), or no
-        # ledger (the reader's refusal says so)
-        return header_line()
-
     # -- beginning --------------------------------------------------------------------------
     def open(self, judge: Any = None) -> LedgerView:
         """Fold a snapshot of the ledger into this run's view (a format 1 ledger is migrated
@@ -171,7 +173,7 @@ class Ledger:
                 from .migrate import migrate
 
                 migrate(self.path, lock=self._lock, timeout=self.timeout, judge=judge)
-                self.writer.set_header(self._header())
+                self.writer.set_header(header_of(self.path))
                 snap = Snapshot(
                     self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper
                 )
@@ -468,10 +470,8 @@ def write_control(
         state = state._replace(ctl=state.ctl + 1)
         return make_row(kind, time.time(), "-", [field], state)
 
-    probe = Ledger.__new__(Ledger)
-    probe.path = path
     writer = Writer(
-        path, lock=lock, sync="fsync", header=probe._header(), side_file=True, prepare=stamp
+        path, lock=lock, sync="fsync", header=header_of(path), side_file=True, prepare=stamp
     )
     outlet = Outlet(writer, timeout=timeout)
     try:

@@ -49,8 +49,7 @@ def migrate(path: str, *, lock: str, timeout: float, judge: Any) -> bool:
         found = header_format(first_line(fd, st.st_size))
         if found is None or found[0] != 1:
             return False  # migrated by another run meanwhile (or no ledger: refused later)
-        snap = Snapshot.under_lock(path, fd, st.st_size, 0)
-        snap.format = 1
+        snap = Snapshot.under_lock(path, fd, st.st_size, 0, fmt=1)
         rows = list(snap.rows())
         view = LedgerView()
         view.feed(rows)

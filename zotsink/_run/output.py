@@ -58,10 +58,7 @@ class Output:
         # attempt's records, kept): its first line is a record then, not a header, and a
         # task's line equal to it is kept. Only a header the run knows is dropped again:
         # the columns given, or the first line kept for a new OUT.
-        enc = self.template.like(env)
-        if not enc.out_new:
-            enc.out_header = None
-        return BlockEncoder(enc, self.kv, count=True)
+        return BlockEncoder(self.template.like(env, known=False), self.kv, count=True)
 
     def encode(self, enc: BlockEncoder, block: bytes) -> tuple[bytes | memoryview, int]:
         """Lines of records, encoded with the run's columns."""
@@ -208,14 +205,22 @@ class Capture:
             line = self.output.encode_record(self.encoder, value)
         except (RecordError, ZotsinkError) as e:
             where = self.encoder.take_line()
-            self.encoder.rejects.append((f"{where}: {e}", repr(value).encode()))
+            self.encoder.refused(f"{where}: {e}", repr(value).encode())
             return
-        self.encoder.line_no += 1
+        self.encoder.counted()
         self.records += 1
         self._hold(line, 1)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def drop_first(self, line: bytes) -> bool:
+        """Leave out its first record when it is ``line`` (a header another piece lands
+        first with); whether it did."""
+        if not self.held.drop_first(line):
+            return False
+        self.records -= 1
+        return True
 
     def drop_records(self) -> None:
         """Forget the records held (a function's result whose call then raised)."""
@@ -236,7 +241,7 @@ class Capture:
         if rejects:
             out.reject([(f"task {self.key[0]} {why}", ln) for why, ln in rejects])
             self.notes.append(f"{len(rejects)} lines refused, see {out.rejects_file}")
-        out.repeated_headers += self.encoder.repeats
+        out.repeated(self.encoder.repeats)
         return len(rejects)
 
     def close(self) -> None:
@@ -272,7 +277,7 @@ def append_held(out: Outlet, captures: Sequence[Capture]) -> tuple[list[Placed],
         if err is not None:
             where = getattr(err, "spill_path", None) or "a side file"
             for c in group:
-                c.notes.append(f"its records could not be appended to OUT; they are in {where}")
+                c.note(f"its records could not be appended to OUT; they are in {where}")
                 failed.append(_placed(c, -1, refused))
             continue
         at = out.writer.last_at  # where the block just appended begins
@@ -313,6 +318,5 @@ def _one_header(out: Outlet, captures: Sequence[Capture]) -> None:
     for c in kept:
         if first is None:
             first = c.encoder.kept_header  # lands first: OUT's header from now on
-        elif c.encoder.kept_header == first and c.held.drop_first(first):
-            c.records -= 1
-            out.repeated_headers += 1
+        elif c.encoder.kept_header == first and c.drop_first(first):
+            out.repeated()

@@ -107,6 +107,18 @@ class TaskQueue:
         if not self.stopped:
             self._retries.append(Candidate(task, attempt + 1))
 
+    def close(self) -> None:
+        """The followed list is closed: no more lines will come."""
+        self.closed = True
+
+    def grew(self) -> None:
+        """The list has lines past the cursor: the cursor is worth a claim again."""
+        self.drained = False
+
+    def time_out(self) -> None:
+        """A task would end after the deadline: nothing more is claimed or begun here."""
+        self.out_of_time = True
+
     def give_up(self, num: int) -> None:
         """A task of this run failed ``max_attempts`` times: it is given up."""
         self.given_up.add(num)

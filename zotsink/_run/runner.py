@@ -26,8 +26,8 @@ from .._core.sidefiles import side_mode
 from .._core.stamp import job_id, task_id
 from .._core.stop import Stopper
 from .._core.writer import Writer
-from .._ledger.format import parse_end_items, parse_notes, parse_row
-from .._ledger.read import Snapshot
+from .._ledger.format import parse_end_items, parse_notes
+from .._ledger.read import Snapshot, last_rows
 from .._ledger.view import LedgerView, State
 from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, SCHEDULER_WAIT, Judge, proc_start, run_mark
@@ -269,7 +269,7 @@ def _run(o: RunOptions) -> RunReport:
         queue.learn((), first.held)
         queue.settle_chunk(len(looker.ok), looker.given_up, len(looker.elsewhere))
     if view.control.closed:
-        queue.closed = True
+        queue.close()
     halting = Halting(o.jobs, o.halt_after, again=systematic(_recent_ends(o.ledger_path), o.jobs))
     if halting.probing:
         queue.limit(1)
@@ -362,20 +362,12 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
     if fd < 0:
         return []  # no ledger: the ledger's own writer says so, in its words
     try:
-        size = st.st_size
-        start = max(size - _RECENT_BYTES, 0)
-        data = os.pread(fd, size - start, start)
+        rows = last_rows(fd, st.st_size, _RECENT_BYTES)
     finally:
         os.close(fd)
-    lines = data.split(b"\n")
-    if start:
-        lines = lines[1:]  # it may be the end of a row
     latest: dict[int, tuple[str, object]] = {}
-    for line in lines:
-        if not line.startswith(b"end\t"):
-            continue  # only end rows are decoded
-        row = parse_row(line)
-        if row is None:
+    for row in rows:
+        if row.kind != "end":
             continue
         notes = parse_notes(row.fields["notes"])
         for it in parse_end_items(row.fields["items"]):

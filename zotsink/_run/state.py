@@ -271,7 +271,6 @@ class RunState:
         if a is None:
             return
         a.began(self.now, ev.pid, ev.start)
-        a.begun_row = True
         if not self._begins:
             self._begins_since = self.now
         self._begins[ev.key] = (ev.pid, ev.start)
@@ -285,7 +284,7 @@ class RunState:
         a = self.live.get(ev.key)
         if a is None:
             return
-        a.notes.append(ev.why)
+        a.note(ev.why)
         a.exited(self.now, 127, Usage())
         a.drained()
         if ev.own or self.queue.has_run:
@@ -327,7 +326,7 @@ class RunState:
         if a.phase == "sent":  # it began and ended between two looks
             a.began(self.now - (ev.seconds or 0.0), 0, "")
         if ev.why:
-            a.notes.append(ev.why)
+            a.note(ev.why)
         self.size[ev.key] = ev.size
         self._last_lines[ev.key] = ev.last
         a.returned(self.now, ev.code, ev.seconds, ev.usage, died=ev.died)
@@ -421,10 +420,10 @@ class RunState:
             self.stopped_by_row = True
             self.queue.stop()
         if ev.closed:
-            self.queue.closed = True
+            self.queue.close()
         came = self.queue.learn([Candidate(*c) for c in ev.free], ev.held)
         if ev.grew:
-            self.queue.drained = False
+            self.queue.grew()
             came += 1
         self.unknown = ev.unknown
         if came or self.live:
@@ -449,7 +448,7 @@ class RunState:
             if step == "end":
                 self._ended(a, now)
             elif step == "drain":
-                a.notes.append("its output stayed open after it exited (a background process?)")
+                a.note("its output stayed open after it exited (a background process?)")
                 self._out.append(Drain(a.key))
             elif step == "term":
                 self._out.append(Signal(a.key, SIGTERM))
@@ -472,7 +471,7 @@ class RunState:
         for key, until in list(self.settling.items()):
             a = self._settling[key]
             if self.stopping:
-                a.ended_by = "interrupted"
+                a.interrupted()
             elif now < until:
                 continue
             del self.settling[key]
@@ -555,6 +554,8 @@ class RunState:
     def _claim(self, now: float) -> None:
         if self._claiming or self.queue.stopped or self.halted is not None:
             return
+        if self._committing is not None:
+            return  # the claim waits for the commit under way: its ends go with it
         committed = bool(self._ends)
         if not (self.queue.claim_due(self.free, self._idle()) or committed):
             return
@@ -562,7 +563,7 @@ class RunState:
         if want <= 0:
             return
         if self.plan.deadline is not None and now + self._task_time() > self.plan.deadline:
-            self.queue.out_of_time = True  # another run will start what is left
+            self.queue.time_out()  # another run will start what is left
             return
         self._asked = self.queue.ask(want)
         self._claiming = True
@@ -582,7 +583,7 @@ class RunState:
         free = self.free
         while free > 0:
             if self.plan.deadline is not None and now + self._task_time() > self.plan.deadline:
-                self.queue.out_of_time = True  # judged at the begin: it would not finish
+                self.queue.time_out()  # judged at the begin: it would not finish
                 self._releases.extend((t.num, a) for t, a in self.queue.release())
                 break
             claimed = self.queue.next()

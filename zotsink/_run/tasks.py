@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Container, Sequence
 from typing import NamedTuple
 
+from .._core.fileio import line_blocks
 from ..errors import InputError
 
 __all__ = [
@@ -196,24 +197,23 @@ def _take(
     bad: list[int] = []
     pos = start.span
     num = start.next
-    end = len(data)
-    while len(tasks) < want and pos < end:
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            if not eof or closed_lines is None or num > closed_lines:
-                break  # being written (or past what was read): it waits for its newline
-            nl = end  # the list is closed: its last line is whole as it is
-        raw = data[pos:nl]
-        after = min(nl + 1, end)
-        if b"\0" in raw:
-            bad.append(num)
-        elif not skip(num):
-            task = task_of(num, raw)
-            if task is not None:
-                tasks.append(task)
-        pos = after
-        num += 1
-    more = len(tasks) < want and pos >= end
+    for lines, whole in line_blocks((data[pos:],)):
+        if len(tasks) >= want:
+            break
+        if not whole and (not eof or closed_lines is None or num > closed_lines):
+            break  # being written (or past what was read): it waits for its newline
+        for raw in lines:
+            if len(tasks) >= want:
+                break
+            pos += len(raw) + (1 if whole else 0)
+            if b"\0" in raw:
+                bad.append(num)
+            elif not skip(num):
+                task = task_of(num, raw)
+                if task is not None:
+                    tasks.append(task)
+            num += 1
+    more = len(tasks) < want and pos >= len(data)
     span = pos - start.span
     crc = zlib.crc32(data[start.span : pos])
     return tasks, Cursor(num, start.at + span, span, crc), bad, more
