@@ -1,24 +1,20 @@
-"""The settings row of the ledger and its comparison (zotsink._run.ledger)."""
+"""The recorded settings and their comparison (zotsink._run.settings); how a run records
+them in the ledger is tests/unit/test_run_ledger.py's."""
 
 from __future__ import annotations
 
 import os
-from collections import deque
 from pathlib import Path
 
 import pytest
-from zotsink._ledgerfile import read_ledger
-from zotsink._run.states import read_begin, states_of
 
 from zotsink import UsageError
-from zotsink._run.ledger import Ledger
 from zotsink._run.settings import (
     check_news_settings,
     run_settings,
     settings_conflict,
     settings_note,
 )
-from zotsink._run.tasks import Task
 
 A = {"chunk": "10", "base": "1", "format": "tsv", "command": "echo", "tasks": "t.txt"}
 
@@ -31,52 +27,6 @@ def test_settings_conflict_names_the_first_differing_setting() -> None:
     # a run without an array index has no chunk: not compared
     no_index = {k: v for k, v in A.items() if k not in ("chunk", "base")}
     assert settings_conflict(A, no_index) is None
-
-
-def test_a_run_row_is_no_task_row(tmp_path: Path) -> None:
-    path = tmp_path / "l"
-    book = Ledger(path, env={})
-    book.append([book.settings_row(A), book.start_row(1, "a", 1), book.settings_row(
-        {**A, "chunk": "20"})])  # fmt: skip
-    book.close()
-    assert [r.event for r in read_ledger(path)] == ["start"]
-    states, _, settings = read_begin(path, {1: "a"})
-    assert settings == {**A, "chunk": "20"}  # the latest
-    assert states == states_of({1: "a"}, read_ledger(path))
-
-
-def test_a_run_that_records_other_settings_meanwhile_stops_the_claim(tmp_path: Path) -> None:
-    path = tmp_path / "l"
-    first, second = Ledger(path, env={}), Ledger(path, env={})
-    keys = {1: "a", 2: "b"}
-    for book, settings in ((first, A), (second, {**A, "chunk": "5"})):
-        states, seen, recorded = read_begin(path, keys)
-        assert recorded is None  # both looked before either claimed
-        book.begin(keys, states, seen, rerun=False, settings=settings, recorded=recorded)
-    picked, _ = first.claim(deque([Task(1, "a")]), 1, [])
-    assert [(t.num, n) for t, n in picked] == [(1, 1)]
-    queue = deque([Task(2, "b")])
-    with pytest.raises(UsageError, match=r"records chunk '10'.*this run has '5'"):
-        second.claim(queue, 1, [])
-    assert list(queue) == [Task(2, "b")]  # nothing claimed
-    assert [r.event for r in read_ledger(path)] == ["start"]
-    first.close()
-    second.close()
-
-
-def test_settings_recorded_by_another_run_later_do_not_stop_a_run_halfway(tmp_path: Path) -> None:
-    path = tmp_path / "l"
-    keys = {1: "a", 2: "b"}
-    book = Ledger(path, env={})
-    states, seen, recorded = read_begin(path, keys)
-    book.begin(keys, states, seen, rerun=False, settings=A, recorded=recorded)
-    book.claim(deque([Task(1, "a")]), 1, [])
-    other = Ledger(path, env={})
-    other.append([other.settings_row({**A, "chunk": "5"})])  # a run with --new-settings
-    other.close()
-    picked, _ = book.claim(deque([Task(2, "b")]), 1, [])
-    assert [(t.num, n) for t, n in picked] == [(2, 1)]
-    book.close()
 
 
 def test_reconcile_is_what_a_run_goes_on_with() -> None:

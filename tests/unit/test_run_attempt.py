@@ -1,5 +1,5 @@
-"""The decisions of the pool's neighbours, without processes: the pipe line cutter, an
-attempt's phases, and when a group commit is due."""
+"""Decisions without processes: the pipe line cutter, an attempt's phases and how it
+ended, and when a group commit is due."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zotsink._core.pump import LineCutter
-from zotsink._run.attempt import KILL_AFTER, PIPE_LINGER, Attempt, Output
+from zotsink._run.attempt import KILL_AFTER, PIPE_LINGER, Attempt
 from zotsink._run.commit import COMMIT_WINDOW, MAX_COMMIT_WINDOW, CommitGroup
+from zotsink._run.events import Usage
 from zotsink._run.tasks import Task
 
 LIMIT = 8
@@ -74,23 +75,19 @@ def test_a_long_line_is_never_held_whole() -> None:
     assert sink.got[-1] == ("long", (b"x" * 9 + b"yy", "; ended"))
 
 
-class _Out:
-    class writer:
-        path = "/nonexistent/out"
-
-
 def attempt(now: float = 0.0) -> Attempt:
-    from zotsink._core.records import Encoder
+    return Attempt(Task(1, "a"), 1, 0.0, now)
 
-    output = Output(Encoder("tsv", None), _Out(), None, None)  # type: ignore[arg-type]
-    return Attempt(Task(1, "a"), 1, output, {}, now)
+
+NO = Usage()
 
 
 def test_an_attempt_that_exits_with_its_pipes_closed_ends() -> None:
     a = attempt()
     assert (a.phase, a.step(1.0)) == ("running", None)
-    a.exited(2.0)
-    assert (a.step(2.0), a.phase) == ("end", "ended")
+    a.drained()  # its pipes were read to their end first: the exit ends it
+    a.exited(2.0, 0, NO)
+    assert (a.step(2.0), a.phase, a.status) == ("end", "ended", "ok")
 
 
 def test_a_timeout_terminates_then_kills() -> None:
@@ -115,31 +112,54 @@ def test_a_stop_gives_grace_then_terminates_and_says_interrupted() -> None:
 
 def test_open_pipes_after_the_exit_are_drained_after_a_while() -> None:
     a = attempt()
-    a.pipes = {5: object()}  # type: ignore[dict-item]
-    a.exited(1.0)
+    a.exited(1.0, 0, NO)
     assert a.phase == "exited" and a.step(1.0 + PIPE_LINGER - 0.1) is None
     assert a.step(1.0 + PIPE_LINGER) == "drain"
+    a.drained()
+    assert a.step(1.0 + PIPE_LINGER) == "end"
 
 
-def test_a_function_call_ends_with_its_code() -> None:
+def test_a_function_call_ends_with_its_code_and_its_own_time() -> None:
     a = attempt()
-    a.worker = object()  # type: ignore[assignment]
-    a.exited(1.0, code=1)
-    assert a.step(1.0) == "end" and a.status == "failed"
+    a.sent()
+    a.began(0.5, 11, "s")
+    a.returned(1.0, 1, 0.2, NO)
+    assert a.step(1.0) == "end" and a.status == "failed" and a.own_time() == 0.2
+
+
+def test_a_call_whose_worker_died_is_killed_and_a_stop_s_stays_interrupted() -> None:
+    a = attempt()
+    a.returned(1.0, 3, None, NO, died=True)
+    assert a.status == "killed"
+    a = attempt()
+    a.returned(1.0, -9, None, NO, died=True)
+    assert a.status == "killed"  # by the signal itself
+    a = attempt()
+    a.stop(0.5, grace=30.0)
+    a.returned(1.0, 0, 0.1, NO)  # its call ended within the grace: its result stands
+    assert a.status == "ok"
+    a = attempt()
+    a.stop(0.5, grace=30.0)
+    a.returned(1.0, 5, None, NO, died=True)
+    assert a.status == "interrupted"
+
+
+def test_an_attempt_the_kernel_killed_for_memory_is_named_so() -> None:
+    a = attempt()
+    a.exited(1.0, -9, Usage(oom=True))
+    assert a.status == "oom"
 
 
 def test_a_commit_is_due_at_its_window_size_a_stop_or_when_nothing_else_runs() -> None:
     group = CommitGroup(max_bytes=100)
     assert not group.due(0.0, alone=True, hurry=True)  # nothing to commit
     assert group.wait(0.0) is None
-    group.add(attempt(0.0), now=0.01)  # a quick task: the shortest window
+    group.add(attempt(0.0), 0.01, 0.01, 0)  # a quick task: the shortest window
     assert group.window == COMMIT_WINDOW
     assert not group.due(0.1, alone=False, hurry=False)
     assert group.due(0.1, alone=True, hurry=False) and group.due(0.1, alone=False, hurry=True)
     assert group.due(0.01 + COMMIT_WINDOW, alone=False, hurry=False)
-    big = attempt(0.0)
-    big.held.add(b"x" * 100 + b"\n", 1)
-    group.add(big, now=0.02)
+    group.add(attempt(0.0), 0.02, 0.02, 101)
     assert group.due(0.02, alone=False, hurry=False)  # by size
     assert len(group.take()) == 2 and not group.due(10.0, alone=True, hurry=True)
 
@@ -147,8 +167,8 @@ def test_a_commit_is_due_at_its_window_size_a_stop_or_when_nothing_else_runs() -
 def test_the_window_follows_the_tasks() -> None:
     group = CommitGroup(max_bytes=1 << 20)
     for _ in range(30):
-        group.add(attempt(0.0), now=10.0)  # tasks of ten seconds
+        group.add(attempt(0.0), 10.0, 10.0, 0)  # tasks of ten seconds
         group.take()
     assert group.window == MAX_COMMIT_WINDOW
-    group.add(attempt(0.0), now=0.5)
+    group.add(attempt(0.0), 0.5, 0.5, 0)
     assert group.wait(0.5) == MAX_COMMIT_WINDOW

@@ -6,29 +6,31 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import Book
 from zotsink import UsageError
-from zotsink._run.ledger import Ledger
 from zotsink._run.status import parse_states, resubmit_specs, task_status, tasks_in
 from zotsink.cli.status import status_lines
 
+#: 2026-01-01T00:00:00Z
+T0 = 1767225600.0
+
 
 def ledger_with(path: Path, rows: list[tuple[str, int, str, dict[str, object]]]) -> None:
-    book = Ledger(path, env={})
-    data = []
+    """A run's rows, each event two seconds after the one before (a start is the task's
+    claim and begin, by this process)."""
+    times = []
+    for i, (event, _num, _key, _fields) in enumerate(rows):
+        times += [T0 + 2 * i] * (2 if event == "start" else 1)
+    book = Book(path, clock=[T0 - 1, *times])  # the run row first
     for event, num, key, fields in rows:
         if event == "start":
-            data.append(book.start_row(num, key, 1))
+            book.claim(num, 1, key).begin(num, 1)
         else:
-            data.append(book.end_row(num, key, 1, **fields))
-    # Rows with chosen times: replace the time column of each row in order.
-    times = iter(f"2026-01-01T00:00:{s:02d}.000000Z" for s in range(0, 60, 2))
-    fixed = []
-    for row in data:
-        cols = row.split(b"\t")
-        cols[1] = next(times).encode()
-        fixed.append(b"\t".join(cols))
-    book.append(fixed)
-    book.close()
+            status = str(fields.get("status", "ok"))
+            code = str(fields.get("exit", "0" if status == "ok" else "1"))
+            seconds = float(str(fields.get("seconds", "0.1")))
+            book.end(num, 1, status=status, code=code, seconds=seconds)
+    book.write()
 
 
 def test_counts_rate_eta_and_slowest(tmp_path: Path) -> None:
@@ -85,7 +87,8 @@ def test_no_ledger_yet_means_never(tmp_path: Path) -> None:
 def test_states_option() -> None:
     # given-up is not asked for by default: those tasks are not to run again
     assert parse_states(None) == {
-        "failed", "killed", "timeout", "interrupted", "running", "lost", "never",
+        "failed", "killed", "timeout", "oom", "interrupted", "running", "claimed", "lost",
+        "never",
     }  # fmt: skip
     assert parse_states("failed, running/lost") == {"failed", "running", "lost"}
     with pytest.raises(UsageError, match="unknown task state 'done'"):

@@ -205,7 +205,9 @@ class Ledger:
             self._settings = json.dumps(self._mine, ensure_ascii=True, sort_keys=True)
 
     def _news_settings(self, text: str, at: int) -> None:
-        if self._mine is None or at < self._began:
+        # a run that began under its settings (its run row written) is not stopped halfway
+        # by another run recording others from now on (--new-settings)
+        if self._mine is None or at < self._began or self._named:
             return
         from .settings import check_news_settings
 
