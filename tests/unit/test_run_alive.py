@@ -1,5 +1,6 @@
-"""Whether a start row's run lives: the scheduler is asked about the array element, and its
-answers expire; a run whose process is gone lives on in the processes it started."""
+"""Whether a start row's run lives: the scheduler is asked about the array element (through
+``zotsink._run.scheduler``), and its answers expire; a run whose process is gone lives on in
+the processes it started."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from zotsink._run import alive
+from zotsink._run import alive, scheduler
 
 SQUEUE = """#!/bin/sh
 echo "$@" >> "{log}"
@@ -22,7 +24,7 @@ exit 1
 
 
 @pytest.fixture
-def squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
     state.mkdir()
@@ -30,9 +32,11 @@ def squeue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script.write_text(SQUEUE.format(log=tmp_path / "asked", state=state))
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(alive, "_job_answers", {})
-    monkeypatch.setattr(alive, "_last_answers", {})
-    return state
+    for var in ("SLURM_JOB_ID", "JOB_ID", "SGE_TASK_ID", "PBS_JOBID", "SGE_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    scheduler.reset()  # this process chose its scheduler from another PATH, or none
+    yield state
+    scheduler.reset()
 
 
 def test_another_hosts_run_is_judged_by_its_array_element(squeue: Path) -> None:
@@ -41,6 +45,10 @@ def test_another_hosts_run_is_judged_by_its_array_element(squeue: Path) -> None:
     assert alive.run_alive("far", "1", "", "77", "here", "4") is False
     asked = (squeue.parent / "asked").read_text().split("\n")
     assert asked[:2] == ["-h -j 77_3 -o %T", "-h -j 77_4 -o %T"]
+    # a start row of another cluster's job: asked of that cluster, never judged here
+    assert alive.run_alive("far", "1", "", "other:77", "here", "4") is None
+    last = (squeue.parent / "asked").read_text().splitlines()[-1]
+    assert last == "-M other -h -j 77_4 -o %T"
 
 
 def test_the_schedulers_answer_expires(squeue: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,7 +56,7 @@ def test_the_schedulers_answer_expires(squeue: Path, monkeypatch: pytest.MonkeyP
     assert alive.job_alive("77_3") is True
     (squeue / "77_3").unlink()  # the element ended
     assert alive.job_alive("77_3") is True  # the answer still serves
-    monkeypatch.setattr(alive, "ANSWER_TTL", 0.0)
+    monkeypatch.setattr(scheduler, "ANSWER_TTL", 0.0)
     assert alive.job_alive("77_3") is False  # asked again
 
 

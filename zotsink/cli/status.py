@@ -12,6 +12,7 @@ import click
 from ._common import (
     CONTEXT,
     counted,
+    end_at_stop_signals,
     exit_code,
     fail,
     json_option,
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
     "--base", type=int, help="The index of the first chunk [default: the recorded one, else 1]."
 )
 @read_lock_options
+@end_at_stop_signals()
 def status_cmd(
     tasks: str,
     out: str | None,
