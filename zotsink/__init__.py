@@ -72,6 +72,7 @@ _LAZY = {
     "failure_tail": "zotsink._run.failures",
     "FailureGroup": "zotsink._run.failures",
     "status_page": "zotsink._run.report",
+    "write_status_page": "zotsink._run.report",
     "attempts_by": "zotsink._run.report",
     "Attempt": "zotsink._run.report",
     "read_attempts": "zotsink._run.report",
@@ -146,7 +147,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.control import Control, read_control
     from ._run.failures import FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
-    from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
+    from ._run.report import (
+        Attempt,
+        attempts_by,
+        rate_text,
+        read_attempts,
+        status_page,
+        write_status_page,
+    )
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.runs import LiveRuns, RunInfo, read_runs
     from ._run.states import TaskState

@@ -400,7 +400,7 @@ def _append_locked(
                 # An index of eight columns, from an older version: rewritten whole with the
                 # run columns, so that every row has the columns its first line names. (With
                 # a malformed row it is left as it is: rows of either width are read.)
-                rewrite_index(path, cache.rows, mode=mode, fsync=fsync)
+                rewrite_index(path, cache.rows, mode=mode)
                 os.close(idx_fd)
                 idx_fd = -1
                 idx_fd = _open_index(path, mode)
