@@ -13,18 +13,29 @@ torn-row rule (:func:`row_blocks`), :class:`LedgerScan` (a pass over a snapshot,
 C-speed search for the rows of some tasks), :func:`read_ledger`, and :func:`claims` (the
 parts of OUT that ``ok`` rows claim, which ``_read`` shows readers). What the rows mean for
 a task is :mod:`zotsink._run.states`.
+
+A ledger is read only when it can be trusted: a regular file of the user's own, that no
+one else may write (a group member's forged ``ok`` row would make the owner's runs skip a
+task); :class:`LedgerScan` refuses any other with :class:`~zotsink.errors.UsageError`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 import warnings
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
 
-from ._core.fileio import fresh_stat, line_blocks, pread_chunks, side_file_problem
+from ._core.fileio import (
+    fresh_stat,
+    line_blocks,
+    pread_chunks,
+    shared_write_problem,
+    side_file_problem,
+)
 from ._core.fsinfo import wants_fsync
 from ._core.records import MAX_LINE, decode_row
 from ._core.snapshot import snapshot
@@ -267,13 +278,24 @@ class LedgerScan:
         if not os.path.lexists(self.path):
             return
         self._fd, self._size = snapshot(self.path, lock=lock, timeout=timeout, stopper=stopper)
-        problem = side_file_problem(os.fstat(self._fd))
+        st = os.fstat(self._fd)
+        problem = side_file_problem(st)
         if problem:
             self.close()
             raise UsageError(
                 f"the ledger {self.path} is not to be trusted ({problem}): a ledger is only "
                 "ever your own, and another user may have put this one there to make your "
                 "runs skip their tasks; remove it, or give --ledger a path of your own",
+                path=self.path,
+            )
+        shared = shared_write_problem(st)
+        if shared:
+            self.close()
+            raise UsageError(
+                f"the ledger {self.path} is not to be trusted: {shared}, and a row anyone "
+                "appends decides which tasks run (a forged ok row makes your runs skip its "
+                "task); if only you should write it, see that its rows are your runs' and "
+                f"run: chmod go-w {shlex.quote(self.path)}",
                 path=self.path,
             )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .._core.fileio import fresh_stat, open_created, pread_chunks, write_all
+from .._core.fileio import fresh_stat, open_created, pread_chunks, side_bits, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.wholefile import whole_file
@@ -137,7 +137,8 @@ def verify_archive(
 
 
 def _repair(path: str, fd: int, remote: bool) -> list[str]:
-    mode = os.fstat(fd).st_mode & 0o666
+    mode = os.fstat(fd).st_mode & 0o666  # kept bytes are the archive's: its mode
+    idx_mode = side_bits(mode)  # the index is a side file: no write for group or others
     notes: list[str] = []
     if not os.path.lexists(index_path(path)):
         # no index: nothing says a zotsink writer made (and tore) what would be cut
@@ -153,7 +154,9 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
         notes.append(f"kept the {size - offset} bytes from offset {offset} in {dest}")
 
     idx_fd = open_created(
-        index_path(path), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode
+        index_path(path),
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        idx_mode,
     )
     try:
         settled = settle(
@@ -161,7 +164,7 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
             idx_fd,
             IndexCache(),
             archive=path,
-            mode=mode,
+            mode=idx_mode,
             fsync=True,
             coherent=remote,
             save_cut=save_cut,
@@ -185,6 +188,6 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
     check: list[str] = list(idx_problems)
     _check_index(path, found, rows, check, os.path.exists(index_path(path)))
     if check:
-        rewrite_index(path, found, mode=mode)
+        rewrite_index(path, found, mode=idx_mode)
         notes.append(f"rebuilt {index_path(path)} from the archive ({len(found)} members)")
     return notes
