@@ -73,6 +73,7 @@ _LAZY = {
     "failure_tail": "zotsink._run.failures",
     "FailureGroup": "zotsink._run.failures",
     "status_page": "zotsink._run.report",
+    "write_status_page": "zotsink._run.report",
     "attempts_by": "zotsink._run.report",
     "Attempt": "zotsink._run.report",
     "read_attempts": "zotsink._run.report",
@@ -153,6 +154,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
         read_attempts,
         read_ledger,
         status_page,
+        write_status_page,
     )
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.runs import LiveRuns, RunInfo, read_runs

@@ -68,8 +68,6 @@ def committed_parts(
     return Claims(min(c.header, size), parts, c.untrusted)
 
 
-
-
 class Blocks:
     """The blocks of OUT that a read has checked by their CRC: each read (and checked) once,
     however many tasks' pieces lie in it."""

@@ -4,8 +4,11 @@
 ``make_users()``     creates a victim and an attacker with ``useradd`` (once per test process)
                      and removes them with ``userdel`` at exit.
 ``sticky_dir()``     a fresh ``1777`` directory under ``/tmp``, like ``/tmp`` or a shared scratch.
+``group_dir()``      a fresh project directory (``2770``, the victim's, of a group that both
+                     users are members of: ``shared_group()``), like a group's share.
 ``User.run(...)``    runs ``zotsink ARGS`` as that user (``setpriv --reuid --regid
-                     --init-groups``): a real process with the user's own credentials.
+                     --init-groups``): a real process with the user's own credentials, under
+                     ``umask`` (022 unless given; 002 is usual in group directories).
 ``User.popen(...)``  the same, left running.
 ``User.python(...)`` runs a small Python program as that user.
 ``child_env()``      the environment those children get.
@@ -82,7 +85,7 @@ class User:
     uid: int
     gid: int
 
-    def argv(self, cmd: Sequence[str]) -> list[str]:
+    def argv(self, cmd: Sequence[str], umask: str = "022") -> list[str]:
         return [
             "setpriv",
             f"--reuid={self.uid}",
@@ -90,7 +93,7 @@ class User:
             "--init-groups",
             "sh",
             "-c",
-            'umask 022 && exec "$@"',
+            f'umask {umask} && exec "$@"',
             "sh",
             *cmd,
         ]
@@ -112,10 +115,11 @@ class User:
         input: bytes = b"",
         env: Mapping[str, str] | None = None,
         timeout: float = 60,
+        umask: str = "022",
     ) -> subprocess.CompletedProcess[bytes]:
         cmd = [_python()[0], "-m", "zotsink", *map(os.fspath, args)]
         return subprocess.run(
-            self.argv(cmd),
+            self.argv(cmd, umask),
             cwd=cwd,
             env=child_env(env),
             input=input,
@@ -123,9 +127,9 @@ class User:
             timeout=timeout,
         )
 
-    def zotsink_argv(self, *args: str) -> list[str]:
+    def zotsink_argv(self, *args: str, umask: str = "022") -> list[str]:
         """The argv that runs ``zotsink ARGS`` as this user (for a caller's own Popen)."""
-        return self.argv([_python()[0], "-m", "zotsink", *args])
+        return self.argv(zotsink_command(*args), umask)
 
     def python(
         self, code: str, *args: str, cwd: str, input: bytes = b"", timeout: float = 60
@@ -138,6 +142,11 @@ class User:
             capture_output=True,
             timeout=timeout,
         )
+
+
+def zotsink_command(*args: str) -> list[str]:
+    """``zotsink ARGS`` with an interpreter other users may run (for :meth:`User.argv`)."""
+    return [_python()[0], "-m", "zotsink", *args]
 
 
 _made: dict[str, User] = {}
@@ -162,6 +171,35 @@ def _user(role: str) -> User:
 def make_users() -> tuple[User, User]:
     """``(victim, attacker)``: two throwaway users of this test process."""
     return _user("victim"), _user("attacker")
+
+
+def shared_group() -> str:
+    """The name of a group that the victim and the attacker both belong to (made once per
+    test process, removed at exit); each keeps its own primary group."""
+    if "group" not in _groups:
+        victim, attacker = make_users()
+        name = f"zsg{os.getpid()}"
+        subprocess.run(["groupadd", name], check=True, capture_output=True)
+        atexit.register(subprocess.run, ["groupdel", name], capture_output=True)
+        for user in (victim, attacker):
+            subprocess.run(["usermod", "-aG", name, user.name], check=True, capture_output=True)
+        _groups["group"] = name
+    return _groups["group"]
+
+
+_groups: dict[str, str] = {}
+
+
+def group_dir() -> str:
+    """A new project directory under /tmp (``2770``: the victim's, of :func:`shared_group`;
+    its members may create files in it, nobody else may look): the caller removes it."""
+    import grp
+
+    victim, _ = make_users()
+    d = tempfile.mkdtemp(prefix="zotsink-group-", dir="/tmp")
+    os.chown(d, victim.uid, grp.getgrnam(shared_group()).gr_gid)
+    os.chmod(d, 0o2770)
+    return d
 
 
 def sticky_dir() -> str:

@@ -137,6 +137,39 @@ def test_a_line_that_is_no_task_is_refused_and_nothing_added(
     assert (tmp_path / "tasks.txt").read_bytes() == b"one\n"
 
 
+#: Lines that hold nothing but Unicode whitespace, or a comment behind it: a task list
+#: numbers them and never runs them.
+UNICODE_BLANKS = {
+    "no-break space": ("\u00a0", "blank"),
+    "ideographic space": ("\u3000", "blank"),
+    "file separator": ("\u001c", "blank"),
+    "no-break space and a comment": ("\u00a0# note", "a comment"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNICODE_BLANKS))
+def test_a_line_of_unicode_whitespace_is_refused_as_run_would_skip_it(
+    tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]], name: str
+) -> None:
+    line, why = UNICODE_BLANKS[name]
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_bytes(b"one\n")
+    r = zotsink("add", "tasks.txt", input=f"two\n{line}\n".encode())
+    assert (r.returncode, r.stdout) == (1, b""), r.stderr
+    said = f"task line 2 of the input is {why} ({line!r}): a task list numbers such a line"
+    assert said.encode() in r.stderr and b"nothing was added" in r.stderr, r.stderr
+    assert tasks.read_bytes() == b"one\n"
+    with pytest.raises(RecordError, match=f"task line 1 of the input is {why}"):
+        add_tasks(tasks, [line])
+    # the same line in a list: numbered, never run, never counted as a task
+    tasks.write_bytes(f"one\n{line}\nthree\n".encode())
+    r = zotsink("run", "tasks.txt", "out.txt", "--", "echo")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out.txt").read_bytes() == b"one\nthree\n"
+    assert b"2 tasks: 2 ok" in zotsink("status", "tasks.txt", "out.txt").stderr
+    assert zotsink("add", "tasks.txt", "four").stdout == b"4\n"  # the line still counts
+
+
 def test_api_refuses_a_newline_inside_and_a_line_over_the_limit(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.txt"
     with pytest.raises(RecordError, match="newline inside"):

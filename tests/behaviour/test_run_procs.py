@@ -47,6 +47,32 @@ def threads(line):
     return {"item": line}
 
 
+_go = threading.Event()  # set by the call of t2: the thread t1 left may print now
+_printed = threading.Event()  # set by that thread once it printed
+
+
+def outlives(line):
+    # t1 leaves a thread that prints while the call of t2 runs, and only then
+    if line == "t1":
+        def late():
+            _go.wait()
+            print("late from t1", flush=True)
+            _printed.set()
+
+        threading.Thread(target=late).start()
+    elif line == "t2":
+        _go.set()
+        if not _printed.wait(60):
+            raise RuntimeError("the thread of t1 never printed")
+    elif line == "t3":
+        # a thread of this call that prints during it: this call's line
+        helper = threading.Thread(target=print, args=("helper of", line))
+        helper.start()
+        helper.join()
+    print("in the call", line)
+    return {"item": line}
+
+
 def helper(line):
     # a background helper in a session of its own inherits what the worker does not close
     os.system(f"setsid sleep 1000 >/dev/null 2>&1 & echo $! > helper.{line}")
@@ -148,6 +174,61 @@ def test_prints_of_a_thread_after_its_call_are_the_runs_with_a_note(job: Path) -
         "(by a thread it started?):"
     )
     assert log[at + 1] == "0.0\tlate from t1"
+
+
+def test_a_threads_late_prints_never_go_under_the_call_then_running(job: Path) -> None:
+    """A thread task 1's call left running prints while task 2's call runs (batches of
+    several tasks, one worker): its line goes under task 0 after a line naming call 1.1."""
+    tasks(job, *(f"t{i}" for i in range(1, 7)))
+    r = _run(job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:outlives")
+    assert r.returncode == 0, r.stderr.decode()
+    log = (job / "out.tsv.log").read_text().splitlines()
+    assert [ln for ln in log if "late from t1" in ln] == ["0.0\tlate from t1"], log
+    at = log.index("0.0\tlate from t1")
+    assert log[at - 1] == (
+        "0.0\tzotsink: printed by the worker after the call of task 1.1 returned "
+        "(by a thread it started?):"
+    ), log
+    assert "2.1\tin the call t2" in log and "3.1\thelper of t3" in log, log
+    assert all(f"{i}.1\tin the call t{i}" in log for i in range(1, 7)), log
+
+
+LOAD_THREAD = r"""
+import threading
+
+go, printed = threading.Event(), threading.Event()
+
+
+def _meanwhile():
+    go.wait()
+    print("from the load's thread", flush=True)
+    printed.set()
+
+
+threading.Thread(target=_meanwhile, daemon=True).start()
+
+
+def f(line):
+    if line == "t2":
+        go.set()
+        if not printed.wait(60):
+            raise RuntimeError("the load's thread never printed")
+    print("in the call", line)
+    return {"item": line}
+"""
+
+
+def test_a_thread_the_functions_load_started_prints_under_task_0(job: Path) -> None:
+    (job / "loadthread.py").write_text(LOAD_THREAD)
+    tasks(job, "t1", "t2", "t3")
+    r = _run(job, "run", "tasks.txt", "out.tsv", "--call", "loadthread.py:f")
+    assert r.returncode == 0, r.stderr.decode()
+    log = (job / "out.tsv.log").read_text().splitlines()
+    at = log.index("0.0\tfrom the load's thread")
+    assert log[at - 1] == (
+        "0.0\tzotsink: printed by a thread the worker started as it loaded the function:"
+    ), log
+    assert "2.1\tin the call t2" in log, log
 
 
 def _helpers(d: Path) -> list[int]:

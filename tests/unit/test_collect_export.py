@@ -111,18 +111,25 @@ def test_a_failure_while_forcing_leaves_the_old_file(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["o.jsonl"]
 
 
-def test_force_never_follows_a_symlink_at_the_temporary_name(tmp_path: Path) -> None:
+def test_force_never_follows_a_symlink_at_the_temporary_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zotsink._core import wholefile
+
     dest = tmp_path / "o.jsonl"
     dest.write_bytes(OLD)
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep me\n")
-    planted = tmp_path / f"o.jsonl.tmp.{os.getpid()}"
+    # the random part of the temporary name, as if guessed: the first name tried is taken
+    names = iter(["guessed", "fresh"])
+    monkeypatch.setattr(wholefile, "_suffix", lambda: next(names))
+    planted = tmp_path / "o.jsonl.part.guessed"
     planted.symlink_to(victim)
-    with pytest.raises(WriteError, match=r"cannot create .*o\.jsonl\.tmp\."):
-        write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]), force=True)
+    write_whole(str(dest), "jsonl", ["i"], lambda: iter([["1"]]), force=True)
     assert victim.read_bytes() == b"keep me\n"
-    assert dest.read_bytes() == OLD
+    assert dest.read_bytes() == b'{"i":1}\n'
     assert planted.is_symlink()
+    assert sorted(os.listdir(tmp_path)) == ["o.jsonl", "o.jsonl.part.guessed", "victim"]
 
 
 def test_force_replaces_a_symlink_at_dest_without_following_it(tmp_path: Path) -> None:

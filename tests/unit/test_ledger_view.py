@@ -42,8 +42,11 @@ class Judge:
     def task_alive(self, run: RunRecord, pid: int, start: str) -> bool | None:
         return pid in self.orphans
 
-    def claims_held(self, run: RunRecord) -> bool:
+    def workers_alive(self, run: RunRecord) -> bool:
         return int(run.pid) in self.held
+
+    def claim_held(self, run: RunRecord, num: int) -> bool:
+        return (int(run.pid), num) in self.held
 
 
 KEYS = {n: f"t{n}" for n in range(1, 9)}

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zotsink import InputError, UsageError
+from zotsink import InputError, RecordError, UsageError, add_tasks
 from zotsink._arrays import chunk_of, chunk_range, scheduler_index, split_spec
-from zotsink._run.tasks import Task, read_tasks
+from zotsink._run.tasks import Task, read_tasks, runs, skipped, task_lines, task_of
 
 
 def expand(spec: str) -> list[int]:
@@ -112,3 +112,44 @@ def test_only_makes_tasks_of_the_numbers_asked_for(tmp_path: Path) -> None:
     part, count = read_tasks(p, only=chunk_range(2, 2, 1))  # lines 3 and 4
     assert (part, count) == ([Task(4, "d")], 6)
     assert read_tasks(p, only=range(1, 100))[0] == full
+
+
+#: Characters that make lines blank or not: Unicode whitespace of every kind, ``#``, a CR,
+#: letters, and bytes that are not UTF-8.
+_PIECES = st.sampled_from(
+    [" ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2000",
+     "\u2028", "\u3000", "\ufeff", "#", "a", "\xe9", "\udcff"]
+)  # fmt: skip
+
+
+@settings(max_examples=300)
+@given(st.lists(st.lists(_PIECES, max_size=4).map("".join), min_size=1, max_size=6))
+def test_one_rule_says_which_lines_run_for_every_reader_and_for_add(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[str]
+) -> None:
+    """``task_lines`` (run, status), ``task_of`` (a followed list) and ``add`` agree, line
+    by line, on which lines ever run: the one rule of ``skipped``."""
+    raw = [line.encode("utf-8", "surrogateescape") for line in lines]
+    d = tmp_path_factory.mktemp("rule")
+    (d / "t.txt").write_bytes(b"".join(r + b"\n" for r in raw))
+    found, count = task_lines(d / "t.txt")
+    assert count == len(raw)
+    for num, r in enumerate(raw, 1):
+        ran = runs(r)
+        assert (num in found) == ran == (task_of(num, r) is not None)
+        assert skipped(r) == (None if ran else skipped(r.decode("utf-8", "surrogateescape")))
+        try:
+            add_tasks(d / "added.txt", [r])
+        except RecordError as e:
+            assert not ran, e
+        else:
+            assert ran, r
+
+
+def test_unicode_whitespace_is_blank() -> None:
+    for blank in ("", " \t", "\xa0", "\u3000", "\x1c\x1d\x1e\x1f", "\r", "\u2028"):
+        assert skipped(blank) == "blank" and skipped(blank.encode()) == "blank"
+    for comment in ("#", " # x", "\xa0# note", "\u3000#"):
+        assert skipped(comment.encode()) == "a comment"
+    for task in ("a", "\xa0a", "a # b", "\udcff"):
+        assert runs(task) and runs(task.encode("utf-8", "surrogateescape"))

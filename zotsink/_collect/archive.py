@@ -19,7 +19,6 @@ the walk reached it, through directory descriptors opened without following syml
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import os
@@ -29,7 +28,7 @@ from collections.abc import Iterator
 from typing import Final, NamedTuple
 
 from .._core.digest import blake2b
-from .._core.fileio import fsync_dir
+from .._core.wholefile import whole_file
 from ..errors import WriteError
 from .spool import Spool
 from .tar import archive_errors, members
@@ -191,36 +190,23 @@ def make_archive(cands: Candidates, archive: str, kept: list[tuple[str, str]]) -
 
     mode = archive_mode(archive)
     assert mode is not None
-    tmp = f"{archive}.tmp.{os.getpid()}"
     inside = bytearray(cands.count)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise WriteError(f"cannot create {tmp}: {e.strerror}", path=archive) from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with tarfile.open(fileobj=f, mode=mode) as tar:  # type: ignore[call-overload]
-                for i, c in enumerate(cands):
-                    data = _read_same(c)
-                    if isinstance(data, str):
-                        kept.append((c.name, f"not archived: {data}"))
-                        continue
-                    ti = tarfile.TarInfo(_member(c.name))
-                    ti.size = len(data)
-                    ti.mtime = c.mtime_ns // 1_000_000_000
-                    ti.mode = 0o644
-                    tar.addfile(ti, io.BytesIO(data))
-                    tar.members.clear()  # the writer remembers every member otherwise
-                    inside[i] = 1
-            f.flush()
-            os.fsync(f.fileno())
-        _verify(cands, inside, tmp)
-        os.rename(tmp, archive)
-        fsync_dir(os.path.dirname(os.path.abspath(archive)))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+    with whole_file(archive, mode=0o644) as w:
+        with tarfile.open(fileobj=w.file, mode=mode) as tar:  # type: ignore[call-overload]
+            for i, c in enumerate(cands):
+                data = _read_same(c)
+                if isinstance(data, str):
+                    kept.append((c.name, f"not archived: {data}"))
+                    continue
+                ti = tarfile.TarInfo(_member(c.name))
+                ti.size = len(data)
+                ti.mtime = c.mtime_ns // 1_000_000_000
+                ti.mode = 0o644
+                tar.addfile(ti, io.BytesIO(data))
+                tar.members.clear()  # the writer remembers every member otherwise
+                inside[i] = 1
+        w.file.flush()
+        _verify(cands, inside, w.temp)  # read back before it takes the archive's name
     return inside
 
 

@@ -1,12 +1,13 @@
 """Tables written whole, not appended: JSON Lines and Parquet, with column types inferred.
 
 ``collect -o X.jsonl|X.parquet`` and ``cat OUT -o X.jsonl|X.parquet`` write here. Such a file
-is no append target (a Parquet file cannot grow by a locked ``write``): it is written to a
-temporary name beside it (``X.tmp.PID``), fsynced, and linked into place only when whole, so
-a reader never sees half of one and a killed run leaves no half file under the final name. An
-existing file is refused before anything is read, unless ``force`` is given: then the finished
-file is renamed over it, so a reader sees the old table or the new one, never a mix, and a
-write that fails leaves the old one as it was.
+is no append target (a Parquet file cannot grow by a locked ``write``): it is written whole
+(:func:`~zotsink._core.wholefile.whole_file`: a temporary name beside it, created exclusively
+under a random name, fsynced, and linked into place only when whole), so a reader never sees
+half of one and a killed run leaves no half file under the final name. An existing file is
+refused before anything is read, unless ``force`` is given: then the finished file is renamed
+over it, so a reader sees the old table or the new one, never a mix, and a write that fails
+leaves the old one as it was.
 
 Each column gets the narrowest type that holds every one of its non-empty values: integer
 (64-bit, no leading zeros: ``007`` is a label, not 7), then float (finite decimal or
@@ -16,16 +17,15 @@ extra ``zotsink[parquet]`` (pyarrow), imported only here and only when asked for
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Final
 
-from .._core.fileio import fsync_dir, split_lines
+from .._core.fileio import split_lines
 from .._core.records import decode_row, encode_row, format_for
+from .._core.wholefile import check_target, whole_file
 from ..errors import RecordError, UsageError, WriteError
 
 __all__ = [
@@ -63,8 +63,6 @@ _FLOAT_RE: Final = re.compile(
     r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
 )
 _INT64: Final = 1 << 63
-#: A new temporary file: never an existing one, never through a symlink planted at its name.
-_CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def output_format(path: str) -> str:
@@ -105,6 +103,7 @@ def check_whole_target(path: str, fmt: str, force: bool = False) -> None:
         return
     if os.path.isdir(path) and not os.path.islink(path):
         raise UsageError(f"{path} is a directory: name the .{fmt} file to write")
+    check_target(path)  # a FIFO or a device is no file to replace either
     if not force:
         raise UsageError(
             f"{path} exists already: .{fmt} files are written whole, not appended to; "
@@ -198,35 +197,6 @@ def _write_parquet(
     return n
 
 
-def _place(tmp: str, path: str, force: bool) -> None:
-    """Put the finished file at ``path``: with ``force`` over whatever is there (a symlink
-    there is replaced, not followed), else never over a file that appeared there meanwhile."""
-    if force:
-        os.rename(tmp, path)  # atomic: the old file or the new one, never neither
-        return
-    try:
-        os.link(tmp, path)  # fails when path exists: nothing is replaced
-    except FileExistsError:
-        raise WriteError(
-            f"{path} appeared while it was being written; nothing was replaced: write the "
-            "table under a new name",
-            path=path,
-        ) from None
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
-            raise
-        # a filesystem without hard links: rename, after one more look
-        if os.path.lexists(path):
-            raise WriteError(
-                f"{path} appeared while it was being written; nothing was replaced: write "
-                "the table under a new name",
-                path=path,
-            ) from None
-        os.rename(tmp, path)
-        return
-    os.unlink(tmp)
-
-
 def write_whole(
     path: str,
     fmt: str,
@@ -244,29 +214,14 @@ def write_whole(
     types = ColumnTypes(len(header))
     for row in rows():
         types.add(row)
-    tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        fd = os.open(tmp, _CREATE, 0o666)
-    except OSError as e:
-        raise WriteError(f"cannot create {tmp}: {e.strerror}", path=path) from e
-    try:
-        with os.fdopen(fd, "wb", buffering=1 << 20) as f:
+        with whole_file(path, replace=force) as w:
             write = _write_parquet if fmt == "parquet" else _write_jsonl
-            n = write(f, header, types.kinds, rows())
-            f.flush()
-            os.fsync(f.fileno())
-        _place(tmp, path, force)
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
+            n = write(w.file, header, types.kinds, rows())
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         if isinstance(e, WriteError):
             raise
         raise WriteError(f"cannot write {path}: {e.strerror or e}", path=path) from e
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     return n, types.names()
 
 

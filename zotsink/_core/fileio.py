@@ -27,6 +27,8 @@ __all__ = [
     "open_regular",
     "pread_chunks",
     "same_file",
+    "shared_write_problem",
+    "side_bits",
     "side_file_problem",
     "split_lines",
     "write_all",
@@ -148,8 +150,9 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     (opening a second one would drop an fcntl lock the moment it is closed); else O_WRONLY.
     Only a regular file is ever appended to: a FIFO or device planted at the name would
     swallow the records or hang the writer (O_NONBLOCK keeps the open itself from hanging).
-    A side file (OUT.rejects, the ledger) is never followed through a symbolic link and must
-    belong to this user; OUT itself is followed through a link only where the kernel's
+    A side file (OUT.rejects, the ledger) is never followed through a symbolic link, must
+    belong to this user, and is created without write for group or others
+    (:func:`side_bits`); OUT itself is followed through a link only where the kernel's
     protected_symlinks rule would allow it (see :func:`_link_allowed`), whatever the sysctl,
     and is not written when another user planted it (see :func:`side_file_problem`).
     Raises ``OSError`` with the errno that says why.
@@ -157,6 +160,7 @@ def open_for_append(path: str, mode: int, *, side_file: bool = False) -> tuple[i
     flags = os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
     if side_file:
         flags |= os.O_NOFOLLOW
+        mode = side_bits(mode)
     elif not _link_allowed(path):
         raise RefusedFile(
             errno.EPERM,
@@ -205,6 +209,27 @@ def open_created(path: str, flags: int, mode: int) -> int:
             if flags & os.O_EXCL or last:
                 raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: Permission bits a side file never has, whatever the umask (002 is usual in a group's
+#: directories) or OUT's mode: a file zotsink keeps as its own record (the ledger, the log,
+#: rejects, spills, a pack index) is written by its owner only.
+SHARED_WRITE: Final = stat.S_IWGRP | stat.S_IWOTH
+
+
+def side_bits(mode: int) -> int:
+    """The permission bits of ``mode`` that a new side file gets: never group's or others'
+    write (OUT itself keeps the umask's: it is the user's data, often meant for a group)."""
+    return mode & 0o666 & ~SHARED_WRITE
+
+
+def shared_write_problem(st: os.stat_result) -> str | None:
+    """Why a file that decides what zotsink does (a ledger: its rows say which tasks are
+    done) is not to be trusted by its permissions: others than its owner may write it."""
+    who = [w for bit, w in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if st.st_mode & bit]
+    if not who:
+        return None
+    return f"{' and '.join(who)} may write it (mode {stat.S_IMODE(st.st_mode):04o})"
 
 
 def side_file_problem(

@@ -5,7 +5,8 @@
                            EIO); the writer's header, if it had one, is the first line.
 
 Side files are never followed through symbolic links (``O_NOFOLLOW``); spill files are
-created exclusively (``O_EXCL``) with permissions no wider than OUT's. A writer holds its
+created exclusively (``O_EXCL``) with permissions no wider than OUT's, and no side file
+is ever writable by group or others, whatever the umask (:func:`side_mode`). A writer holds its
 spill file's lock while it adds a batch, and checks under it that the name still leads to
 its file: ``zotsink recover`` takes the same lock, so it never removes a batch that came
 after it read the file, even from a writer on another host that is still running.
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from ..errors import LockError, LockTimeout, WriteError, ZotsinkError
-from .fileio import write_all
+from .fileio import side_bits, write_all
 from .locking import Locker
 from .writer import Writer
 
@@ -118,7 +119,7 @@ def spill(
     dirs = _spill_dirs(out)
     beside = os.path.dirname(os.path.abspath(out))
     for d in dirs:
-        perm = (mode & 0o666) | 0o600 if d == beside and d == dirs[0] else 0o600
+        perm = side_bits(mode | 0o600) if d == beside and d == dirs[0] else 0o600
         for n in range(100):
             path = os.path.join(d, base if n == 0 else f"{base}.{n}")
             try:
@@ -262,11 +263,13 @@ def _spill_mode(writer: Writer) -> int:
 
 
 def side_mode(out: str) -> int:
-    """Permission bits for a new side file of ``out``: OUT's, so none is wider than OUT."""
+    """Permission bits for a new side file of ``out``: OUT's, so none is wider than OUT,
+    and never write for group or others (:func:`~.fileio.side_bits`), whatever the umask:
+    a group member who may append to OUT may not forge its ledger's rows or its log."""
     try:
-        return os.stat(out).st_mode & 0o666
+        return side_bits(os.stat(out).st_mode)
     except OSError:
-        return 0o666
+        return side_bits(0o666)
 
 
 def _spill_name(base: str) -> re.Pattern[str]:

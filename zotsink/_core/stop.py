@@ -8,12 +8,17 @@ can be dropped between a ``read`` and the line that keeps it. The stopper lives 
 ground floor because the outlet (:mod:`zotsink._core.outlet`) must see it: a batch that is
 waiting for the lock when the signal comes waits at most :data:`STOP_LOCK_TIMEOUT` more,
 then is spilled.
+
+The Stopper whose block runs is known to the whole process (:func:`current_stopper`): a wait
+deep in a call that was given no stopper (a question to the batch scheduler while a run
+judges another run's task) ends at a stop all the same.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Final
 
 try:
@@ -23,7 +28,14 @@ try:
 except ImportError:  # pragma: no cover - a Python without it
     import signal  # type: ignore[no-redef]
 
-__all__ = ["STOP_LOCK_TIMEOUT", "STOP_SIGNALS", "Stopper", "leave_stops_to_parent"]
+__all__ = [
+    "STOP_LOCK_TIMEOUT",
+    "STOP_SIGNALS",
+    "Stopper",
+    "current_stopper",
+    "end_at_stop_signals",
+    "leave_stops_to_parent",
+]
 
 #: Signals that stop reading: cancel, Ctrl-C, hang-up, and Slurm's warning signals.
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -53,9 +65,11 @@ class Stopper:
         for s in self._signals:
             self._old[s] = signal.signal(s, self._handler)
         self._old_wakeup = signal.set_wakeup_fd(self._wfd, warn_on_full_buffer=False)
+        _entered.append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _entered.remove(self)
         signal.set_wakeup_fd(self._old_wakeup)
         for s, h in self._old.items():
             signal.signal(s, h)  # type: ignore[arg-type]
@@ -65,6 +79,34 @@ class Stopper:
     @property
     def wakeup_fd(self) -> int:
         return self._rfd
+
+
+#: The Stoppers whose blocks run, the innermost last (see :func:`current_stopper`).
+_entered: list[Stopper] = []
+
+
+def current_stopper() -> Stopper | None:
+    """The innermost :class:`Stopper` whose block runs in this process; None outside any."""
+    return _entered[-1] if _entered else None
+
+
+@contextmanager
+def end_at_stop_signals() -> Iterator[None]:
+    """For a command that only reads (``status``), instead of a :class:`Stopper`: a stop
+    signal (but SIGINT, which stays KeyboardInterrupt) ends it at once with exit 128+N,
+    through ``SystemExit``: a reader has nothing to save, and its exit handlers run (a
+    scheduler command still out is killed with its process group), where the signal's
+    default action would end the process without them. Usable as a decorator."""
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, end) for s in STOP_SIGNALS if s != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)  # type: ignore[arg-type]
 
 
 def leave_stops_to_parent() -> None:

@@ -17,6 +17,7 @@ again until it has: rows passed by unread would let two runs claim one task).
 from __future__ import annotations
 
 import os
+import shlex
 import warnings
 from collections.abc import Iterable, Iterator
 
@@ -26,6 +27,7 @@ from .._core.fileio import (
     line_blocks,
     lines_backwards,
     pread_chunks,
+    shared_write_problem,
     side_file_problem,
 )
 from .._core.records import MAX_LINE
@@ -54,7 +56,6 @@ __all__ = [
     "tail_state",
     "too_new",
 ]
-
 
 
 def row_blocks(
@@ -141,13 +142,24 @@ class Snapshot:
         if not os.path.lexists(self.path):
             return
         self.fd, self.size = snapshot(self.path, lock=lock, timeout=timeout, stopper=stopper)
-        problem = side_file_problem(os.fstat(self.fd))
+        st = os.fstat(self.fd)
+        problem = side_file_problem(st)
         if problem:
             self.close()
             raise UsageError(
                 f"the ledger {self.path} is not to be trusted ({problem}): a ledger is only "
                 "ever your own, and another user may have put this one there to make your "
                 "runs skip their tasks; remove it, or give --ledger a path of your own",
+                path=self.path,
+            )
+        shared = shared_write_problem(st)
+        if shared:
+            self.close()
+            raise UsageError(
+                f"the ledger {self.path} is not to be trusted: {shared}, and a row anyone "
+                "appends decides which tasks run (a forged ok row makes your runs skip its "
+                "task); if only you should write it, see that its rows are your runs' and "
+                f"run: chmod go-w {shlex.quote(self.path)}",
                 path=self.path,
             )
         if self.size:
@@ -166,9 +178,7 @@ class Snapshot:
             self.format = found[0]
 
     @classmethod
-    def under_lock(
-        cls, path: str, fd: int, size: int, start: int, fmt: int = FORMAT
-    ) -> Snapshot:
+    def under_lock(cls, path: str, fd: int, size: int, start: int, fmt: int = FORMAT) -> Snapshot:
         """A pass over the rows from ``start`` to ``size`` of the ledger (of format ``fmt``)
         open at ``fd``, which its caller holds (locked, or as its own snapshot) and closes."""
         snap = cls.__new__(cls)

@@ -161,10 +161,13 @@ class Judge(Protocol):
     def task_alive(self, run: RunRecord, pid: int, start: str) -> bool | None:
         """Whether the process a begun task of a dead run ran in lives (an orphan)."""
 
-    def claims_held(self, run: RunRecord) -> bool:
-        """Whether a dead run's claimed tasks may still be begun: one of its ``--call``
-        workers lives, or a process carrying its mark (a task it started in the moment
-        before its ``begin`` row)."""
+    def workers_alive(self, run: RunRecord) -> bool:
+        """Whether one of a dead run's ``--call`` workers lives: it may still begin the
+        calls it was sent, any of the run's claimed tasks."""
+
+    def claim_held(self, run: RunRecord, num: int) -> bool:
+        """Whether a process of a dead run's that is task ``num``'s lives (a task started
+        in the moment before its ``begin`` row); a helper another task left pins nothing."""
 
 
 class LedgerView:
@@ -515,7 +518,8 @@ class LedgerView:
                 if c == _CLAIMED:
                     h = held.get(r)
                     if h is None:
-                        h = held[r] = judge.claims_held(run)
+                        h = held[r] = judge.workers_alive(run)
+                    h = h or judge.claim_held(run, num)
                     final[num] = _CLAIMED if h else _NEVER
                     continue
                 pid, start = self.procs.get(num, (0, ""))

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple, Union
 
 from .._core import sidefiles
 from .._core.backoff import STALE_HANDLE, tries
-from .._core.fileio import fresh_stat, open_created, side_file_problem, write_all
+from .._core.fileio import fresh_stat, open_created, side_bits, side_file_problem, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
 from .._core.options import WriteOptions, write_options
@@ -362,7 +362,7 @@ def _append_locked(
 ) -> list[Row]:
     cache = _cache(path)
     with locked_archive(path, locker, timeout) as fd:
-        mode = os.fstat(fd).st_mode & 0o666
+        mode = side_bits(os.fstat(fd).st_mode)  # the index's: the archive's, less go-w
         if not os.path.lexists(index_path(path)):
             check_adoptable(fd, path)  # before the index is made: nothing left behind
         idx_fd = _open_index(path, mode)
@@ -400,7 +400,7 @@ def _append_locked(
                 # An index of eight columns, from an older version: rewritten whole with the
                 # run columns, so that every row has the columns its first line names. (With
                 # a malformed row it is left as it is: rows of either width are read.)
-                rewrite_index(path, cache.rows, mode=mode, fsync=fsync)
+                rewrite_index(path, cache.rows, mode=mode)
                 os.close(idx_fd)
                 idx_fd = -1
                 idx_fd = _open_index(path, mode)

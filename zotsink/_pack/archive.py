@@ -13,12 +13,15 @@ Both the writer (before every append) and ``verify --repair`` use :func:`settle`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import stat
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .._core.fileio import fresh_stat, fsync_dir, write_all
+from .._core.fileio import fresh_stat, write_all
+from .._core.wholefile import whole_file
 from ..errors import UsageError
 from . import tarfmt
 from .index import HEADER, IndexCache, Row, format_rows, index_path
@@ -217,7 +220,7 @@ def settle(
         # is among ``found`` and gets a whole row now.
         os.ftruncate(idx_fd, cache.consumed)
     if rebuild:
-        rewrite_index(archive, found, mode=mode, fsync=fsync)
+        rewrite_index(archive, found, mode=mode)
         # ``idx_fd`` still names the old index: the caller reopens it (see Settled.rebuilt).
         cache.reset()
     elif found:
@@ -236,19 +239,16 @@ def settle(
     return Settled(end, cut, damage, 0 if rebuild else len(found), rebuild, torn_index)
 
 
-def rewrite_index(archive: str, rows: list[Row], *, mode: int, fsync: bool) -> None:
+def rewrite_index(archive: str, rows: list[Row], *, mode: int) -> None:
     """Replace the index with ``rows``: a new file beside it, fsynced, renamed over it."""
     path = index_path(archive)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        write_all(fd, HEADER + format_rows(rows))
-        os.fsync(fd)  # always: a rename over the old index must never leave an empty one
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if fsync:
-        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    with contextlib.suppress(OSError):
+        kind = stat.S_IFMT(os.lstat(path).st_mode)
+        if kind in (stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK):
+            # no index but something planted in its place (a FIFO would hang its readers):
+            # the rebuilt index takes its place, as verify --repair promises
+            os.unlink(path)
+    # fsynced always (whole_file does): a rename over the old index must never leave an
+    # empty one
+    with whole_file(path, mode=mode) as w:
+        w.write(HEADER + format_rows(rows))

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .._core.fileio import fresh_stat, fsync_dir, open_created, write_all
+from .._core.fileio import fresh_stat, open_created, pread_chunks, side_bits, write_all
 from .._core.fsinfo import wants_fsync
 from .._core.locking import Locker
+from .._core.wholefile import whole_file
 from ..errors import InputError
 from . import tarfmt
 from .archive import check_adoptable, member_row, rewrite_index, settle, sha256_of
@@ -136,7 +137,8 @@ def verify_archive(
 
 
 def _repair(path: str, fd: int, remote: bool) -> list[str]:
-    mode = os.fstat(fd).st_mode & 0o666
+    mode = os.fstat(fd).st_mode & 0o666  # kept bytes are the archive's: its mode
+    idx_mode = side_bits(mode)  # the index is a side file: no write for group or others
     notes: list[str] = []
     if not os.path.lexists(index_path(path)):
         # no index: nothing says a zotsink writer made (and tore) what would be cut
@@ -145,23 +147,16 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
     def save_cut(offset: int) -> None:
         size = os.fstat(fd).st_size
         dest = cut_path(path, offset)
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode | 0o600)
-        try:
-            pos = offset
-            while pos < size:
-                chunk = os.pread(fd, min(1 << 20, size - pos), pos)
-                if not chunk:
-                    break
-                write_all(out, chunk)
-                pos += len(chunk)
-            os.fsync(out)
-        finally:
-            os.close(out)
-        fsync_dir(os.path.dirname(os.path.abspath(dest)))
+        # whole or not at all, and never over a file of that name: kept bytes are the user's
+        with whole_file(dest, replace=False, mode=mode | 0o600) as w:
+            for chunk in pread_chunks(fd, size, start=offset):
+                w.write(chunk)
         notes.append(f"kept the {size - offset} bytes from offset {offset} in {dest}")
 
     idx_fd = open_created(
-        index_path(path), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode
+        index_path(path),
+        os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        idx_mode,
     )
     try:
         settled = settle(
@@ -169,7 +164,7 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
             idx_fd,
             IndexCache(),
             archive=path,
-            mode=mode,
+            mode=idx_mode,
             fsync=True,
             coherent=remote,
             save_cut=save_cut,
@@ -193,6 +188,6 @@ def _repair(path: str, fd: int, remote: bool) -> list[str]:
     check: list[str] = list(idx_problems)
     _check_index(path, found, rows, check, os.path.exists(index_path(path)))
     if check:
-        rewrite_index(path, found, mode=mode, fsync=True)
+        rewrite_index(path, found, mode=idx_mode)
         notes.append(f"rebuilt {index_path(path)} from the archive ({len(found)} members)")
     return notes

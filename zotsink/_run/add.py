@@ -9,7 +9,8 @@ line N, 1-based, as :mod:`zotsink._run.tasks` numbers it.
 
 A line that could never be a task is refused before anything is written: a NUL byte, a
 newline inside, over :data:`~zotsink._core.records.MAX_LINE` (the rule ``append`` refuses
-by), and a line the task list would number but never run (blank, or a ``#`` comment).
+by), and a line the task list would number but never run (blank, or a ``#`` comment, by
+the one rule of :func:`~zotsink._run.tasks.skipped`: Unicode whitespace counts as blank).
 Nothing is ever spilled: lines that are not in the list have no task number, so a lock
 timeout raises and the producer adds them again.
 """
@@ -25,6 +26,7 @@ from .._core.records import Encoder
 from .._core.stop import Stopper
 from .._core.writer import Writer, seen_to
 from ..errors import RecordError
+from .tasks import skipped
 
 __all__ = ["add_tasks", "count_lines"]
 
@@ -52,12 +54,13 @@ def _encode(lines: Iterable[str | bytes]) -> tuple[bytes, int]:
             raise RecordError(
                 f"task line {n} of the input: {e.message}; nothing was added"
             ) from None
-        text = data[:-1].strip()
-        if not text or text.startswith(b"#"):
-            what = "blank" if not text else "a comment (# ...)"
+        why = skipped(data[:-1])
+        if why is not None:
+            shown = data[:-1].decode("utf-8", "surrogateescape")
             raise RecordError(
-                f"task line {n} of the input is {what}: a task list numbers such a line but "
-                "never runs it; leave it out (nothing was added)"
+                f"task line {n} of the input is {why} ({shown!r}): a task list numbers such "
+                "a line but never runs it (whitespace is any Unicode space); leave it out "
+                "(nothing was added)"
             )
         parts.append(data)
     return b"".join(parts), len(parts)

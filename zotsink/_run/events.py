@@ -299,6 +299,9 @@ class Look(NamedTuple):
     """Read the ledger's news and the task list's growth (under a shared lock)."""
 
     deep: bool  # fold the news and judge other runs' tasks, not only the last row
+    #: wait (a few seconds at most, not past a stop signal) for the scheduler's word about
+    #: runs of other hosts, rather than take its last answer: the run ends on this look
+    ask: bool = False
 
 
 class Spawn(NamedTuple):

@@ -20,7 +20,8 @@ run sets at a stop. The worker marks each call's end in its prints (:data:`MARK_
 the run's random token): ``N`` when the next call of the batch begins at once (and which),
 ``E`` when none does, ``T`` when the call left a thread alive, ``B`` when a call begins
 after a ``T`` or between batches; each with the call's task and attempt and, at an end, the
-microseconds it took.
+microseconds it took. ``A`` and ``R`` enclose an aside: whole lines a thread printed that
+outlived the call they name (0.0: one FUNC's load started), whatever call runs meanwhile.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ FRAME_SIZES: Final = {"ready": 2, "unloadable": 3, "back": 3, "part": 5, "done":
 #: Bytes of the page a worker shares with its run: its first byte says "hold".
 FLAG_SIZE: Final = mmap.PAGESIZE
 #: A mark line in a worker's prints, after the run's token (see above).
-MARK_LINE: Final = re.compile(rb"([BNET])(\d+)\.(\d+)(?: (\d+)\.(\d+))?(?: (\d+))?\n")
+MARK_LINE: Final = re.compile(rb"([ABENRT])(\d+)\.(\d+)(?: (\d+)\.(\d+))?(?: (\d+))?\n")
 
 
 def names_file(where: str) -> bool:

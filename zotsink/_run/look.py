@@ -82,7 +82,7 @@ class Looker:
             nums = [n for n in self.scope if n not in self.ok and n not in self.given_up]
         else:
             nums = view.unsettled(max(self.ledger.cursor.next, len(view.code)))
-        judge = Judge(self.env, wait=wait)
+        judge = Judge(wait=wait)
         view.settle(judge, max_attempts=self.max_attempts, nums=nums)
         me = view.run_index.get(self.ledger.run_id, -2)
         free: dict[int, int] = {}

@@ -44,6 +44,7 @@ from .events import (
 from .ledger import Ledger
 from .look import Looker
 from .output import Output, append_held
+from .scheduler import SCHEDULER_WAIT
 from .state import Progress, RunState
 
 __all__ = ["PROGRESS_EVERY", "Backend", "Pool"]
@@ -176,7 +177,7 @@ class Pool:
         if kind is Drain:
             return backend.drain(ins.key)
         if kind is Look:
-            return [self.looker.look(ins.deep)]
+            return [self.looker.look(ins.deep, wait=SCHEDULER_WAIT if ins.ask else 0.0)]
         if kind is Spawn:
             return backend.spawn(ins.n)
         if kind is Hold:

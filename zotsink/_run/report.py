@@ -2,6 +2,11 @@
 host or per array element, and one self-contained HTML page (inline SVG, no script, no
 network) with the counts, a timeline of the attempts, a histogram of task times, the
 failures grouped and the slowest tasks.
+
+The page is written whole (:func:`write_status_page`, through
+:func:`~zotsink._core.wholefile.whole_file`) and is valid UTF-8 whatever the names in it:
+a task list's file name or task line that is not UTF-8 (held as surrogate escapes) shows its
+bytes as replacement characters.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Final, NamedTuple
 
 from .._arrays import array_spec
+from .._core.wholefile import whole_file
 from .._ledger.events import TaskEvent, task_events
 from .._ledger.read import Snapshot
 from .._ledger.view import STATES
@@ -29,6 +35,7 @@ __all__ = [
     "read_attempts",
     "read_ledger",
     "status_page",
+    "write_status_page",
 ]
 
 
@@ -494,3 +501,31 @@ def status_page(
         "</body></html>\n",
     ]
     return "\n".join(parts)
+
+
+def write_status_page(
+    path: str | os.PathLike[str],
+    report: StatusReport,
+    attempts: Sequence[Attempt],
+    groups: Sequence[FailureGroup] = (),
+    *,
+    title: str = "zotsink run",
+    now: float | None = None,
+) -> None:
+    """Write :func:`status_page` to ``path``, whole or not at all (a browser may be
+    reading it; see :func:`~zotsink._core.wholefile.whole_file`), as UTF-8 with a
+    replacement character for each byte of a name that is not UTF-8. Raises
+    :class:`~zotsink.errors.WriteError` or :class:`~zotsink.errors.UsageError`."""
+    page = status_page(report, attempts, groups, title=title, now=now)
+    with whole_file(os.fspath(path)) as w:
+        w.write(_utf8(page))
+
+
+def _utf8(text: str) -> bytes:
+    """``text`` as UTF-8, surrogate escapes (the bytes of a name that is not UTF-8) shown as
+    replacement characters."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that escapes no byte
+        raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace").encode("utf-8")

@@ -242,7 +242,7 @@ def _run(o: RunOptions) -> RunReport:
         stopper=o.stopper,
     )
     try:
-        judge = Judge(o.env, wait=SCHEDULER_WAIT)
+        judge = Judge(wait=SCHEDULER_WAIT)
         view = ledger.open(judge)
         max_attempts = _settings(o, fmt, ledger, view.settings)
     except BaseException:

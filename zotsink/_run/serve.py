@@ -14,12 +14,21 @@ NumPy's among them, become the text a record holds for them:
 worker's code never answers: it exits at once. The worker flushes a call's prints and marks
 its end before it sends the result, so the run, which reads the prints before crediting a
 result, never takes one call's lines for another's.
+
+A thread that outlived a call (alive at its end), or that FUNC's load started, is no later
+call's: what it prints through ``sys.stdout`` or ``sys.stderr`` goes out as an aside, its
+whole lines between an ``A`` mark that names the call it outlived (0.0: the load) and an
+``R`` mark, so that the run logs them under task 0, never under the call under way
+(:class:`_ByThread`). Bytes written past Python's streams (``os.write``, a C library) can
+be told apart by their place only.
 """
 
 from __future__ import annotations
 
+import _thread
 import importlib
 import importlib.util
+import io
 import mmap
 import os
 import sys
@@ -28,6 +37,7 @@ import traceback  # before FUNC's module, which may shadow what traceback import
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, Final
 
+from .._core.fileio import write_all
 from .._core.records import value_text
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .._core.stop import leave_stops_to_parent
@@ -166,6 +176,100 @@ def _warm_traceback() -> None:
         traceback.format_exception(type(e), e, e.__traceback__)
 
 
+#: The threads that outlived a call (alive at its end) or FUNC's load, and which call:
+#: ``(task, attempt)``, ``(0, 0)`` for the load. What they print is not a later call's.
+_outlived: dict[Any, tuple[int, int]] = {}
+#: Held while prints are written once a thread outlived a call, so that an aside is never
+#: cut by the worker's own lines or marks.
+_print_lock = _thread.RLock()
+_MAIN: Final = _thread.get_ident()
+
+
+class _ByThread(io.TextIOWrapper):
+    """``sys.stdout`` or ``sys.stderr`` of a worker: while no thread outlived a call, plain
+    writes (its ``write`` is the stream's own); then a thread of :data:`_outlived` writes
+    its whole lines as an aside, marked with the call it outlived, and every write is made
+    under :data:`_print_lock`."""
+
+    def __init__(self, stream: io.TextIOWrapper, mark: bytes) -> None:
+        super().__init__(
+            stream.buffer,
+            encoding=stream.encoding,
+            errors=stream.errors,
+            line_buffering=stream.line_buffering,
+            write_through=stream.write_through,
+        )
+        self._mark = mark
+        self._partial: dict[Any, str] = {}  # an outliving thread's line not ended yet
+        self.write = super().write  # type: ignore[method-assign]
+        self.flush = super().flush  # type: ignore[method-assign]
+
+    def watch(self) -> None:
+        """A thread outlived a call: from now on, writes are sorted by thread."""
+        self.__dict__.pop("write", None)
+        self.__dict__.pop("flush", None)
+
+    def write(self, s: str) -> int:  # type: ignore[override]
+        with _print_lock:
+            if _thread.get_ident() != _MAIN:
+                thread = sys.modules["threading"].current_thread()
+                call = _outlived.get(thread)
+                if call is not None:
+                    self._aside(thread, call, self._partial.pop(thread, "") + s)
+                    return len(s)
+            return super().write(s)
+
+    def flush(self) -> None:
+        with _print_lock:
+            if _thread.get_ident() == _MAIN:  # the end of a call: no line is held back
+                for thread, text in list(self._partial.items()):
+                    del self._partial[thread]
+                    self._aside(thread, _outlived.get(thread, (0, 0)), text + "\n")
+            super().flush()
+
+    def _aside(self, thread: Any, call: tuple[int, int], text: str) -> None:
+        """The whole lines of ``text`` out as an aside of ``call`` (under the lock); the
+        rest held until its line ends."""
+        cut = text.rfind("\n") + 1
+        if cut < len(text):
+            self._partial[thread] = text[cut:]
+        if not cut:
+            return
+        super().flush()  # what the worker printed before goes first
+        data = text[:cut].encode(self.encoding, self.errors)
+        num, attempt = call
+        head, end = b"A%d.%d\n" % (num, attempt), b"R%d.%d\n" % (num, attempt)
+        write_all(1, self._mark + head + data + self._mark + end)
+
+
+def _watch_threads(call: tuple[int, int]) -> None:
+    """Note the threads alive now (but the worker's) as outliving ``call``, forget those
+    that ended, and sort the prints by thread from now on."""
+    threading = sys.modules["threading"]
+    with _print_lock:
+        for thread in list(_outlived):
+            if not thread.is_alive():
+                del _outlived[thread]
+        for thread in threading.enumerate():
+            if thread.ident != _MAIN and thread not in _outlived:
+                _outlived[thread] = call
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, _ByThread):
+            stream.watch()
+
+
+def _sort_prints(mark: bytes) -> None:
+    """Make ``sys.stdout`` and ``sys.stderr`` :class:`_ByThread` (before FUNC loads: a
+    library that keeps a stream, as logging does, keeps these)."""
+    if not mark:
+        return
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, io.TextIOWrapper):
+            stream.flush()
+            setattr(sys, name, _ByThread(stream, mark))
+
+
 def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: int = -1) -> None:
     """The worker process: load FUNC, then call it for each task until the stream ends."""
     # Stop signals are the run's to handle: a walltime warning lets the call in progress
@@ -182,6 +286,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
     results = os.fdopen(results_fd, "wb")
     held = _held_flag(flag_fd)  # before FUNC loads: a page that cannot be mapped ends it here
     _warm_traceback()
+    _sort_prints(mark)
     try:
         func = _load(spec)
     except BaseException:
@@ -191,6 +296,8 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
         return
     _not_forked(me, 0)
     _flush_prints()
+    if _threads_left():  # FUNC's load started them: what they print is no call's
+        _watch_threads((0, 0))
     send_frame(results, ("ready", me))
     going = False  # the last end mark said the next call of the batch begins at once
     while True:
@@ -212,6 +319,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
             _flush_prints()  # before the mark and the result: the run reads the prints first
             if _threads_left():  # what they print later is not this call's
                 going = False
+                _watch_threads((num, attempt))
                 _mark(mark, b"T%d.%d %d" % (num, attempt, took))
             elif at + 1 < len(batch) and not (held is not None and held[0]):
                 going = True
@@ -276,7 +384,11 @@ def _mark(mark: bytes, what: bytes) -> None:
     if mark:
         # not contextlib.suppress: an object made twice per call, for nothing
         try:
-            os.write(1, mark + what + b"\n")
+            if _outlived:
+                with _print_lock:  # between two asides, never inside one
+                    os.write(1, mark + what + b"\n")
+            else:
+                os.write(1, mark + what + b"\n")
         except OSError:  # FUNC closed its stdout: its prints are lost too
             return
 

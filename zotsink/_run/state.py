@@ -186,6 +186,7 @@ class RunState:
         self.unknown = 0  # tasks held in runs whose life nobody can tell (the last look's)
         self._asked: list[Candidate] = []  # the claim under way's tasks by name
         self._looked_once = False
+        self._asked = False  # a look waited for the scheduler's word on the unknown tasks
         self._settling: dict[Key, Attempt] = {}
         self._last_lines: dict[Key, str] = {}
         self._out: list[Any] = []
@@ -645,9 +646,11 @@ class RunState:
         if q.stopped or q.out_of_time or self.halted is not None:
             return False
         if q.waits_on_others:
-            return True
+            return not self.idled_out
         if q.has_work:
             return False
+        if self.unknown and not self._asked and not self.idled_out:
+            return True  # tasks of runs nobody could tell about: ask, once, before the end
         if q.mode == "follow":
             # a followed list ends once closed and every line was taken
             return not self.idled_out and not (q.closed and q.drained)
@@ -659,7 +662,9 @@ class RunState:
             return
         self._looking = True
         self._looked_once = True
-        self._out.append(Look(deep=True))
+        ask = bool(self.unknown) and not self._asked and not self.queue.has_work
+        self._asked = self._asked or ask
+        self._out.append(Look(deep=True, ask=ask))
 
     def _tend_workers(self) -> None:
         if not self.plan.calls or self.halted is not None or self.stopping:

@@ -4,6 +4,13 @@ A task list has one task per line. Every line is numbered as awk's ``NR`` number
 task numbers stay the line numbers a user sees in an editor; blank lines and lines starting
 with ``#`` are numbered but never run. Which lines an array element runs is the arithmetic
 of :mod:`zotsink._arrays`.
+
+Which lines run is ONE rule, :func:`skipped` (and :func:`runs`), for every reader of a task
+list (:func:`task_lines`, :func:`task_of`) and for ``zotsink add``, which refuses a line
+that would be numbered and never run: a line is decoded as UTF-8 (other bytes kept as
+surrogate escapes) and stripped of Unicode whitespace (a no-break space, an ideographic
+space, the ASCII separators, a trailing CR); what is left must be something, and not begin
+with ``#``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ __all__ = [
     "read_ahead",
     "read_tail",
     "read_tasks",
+    "runs",
+    "skipped",
     "task_argv",
     "task_lines",
     "task_of",
@@ -81,7 +90,7 @@ def task_lines(
             continue
         if text.endswith("\r"):
             text = text[:-1]  # a task list saved on Windows
-        if text.strip() and not text.lstrip().startswith("#"):
+        if runs(text):
             tasks[num] = text
     return tasks, len(lines)
 
@@ -92,9 +101,23 @@ def task_of(num: int, raw: bytes) -> Task | None:
     text = raw.decode("utf-8", "surrogateescape")
     if text.endswith("\r"):
         text = text[:-1]
-    if not text.strip() or text.lstrip().startswith("#"):
-        return None
-    return Task(num, text)
+    return Task(num, text) if runs(text) else None
+
+
+def skipped(line: bytes | str) -> str | None:
+    """Why a line of a task list (without its newline; bytes, or text decoded with
+    surrogate escapes) is numbered but never run: ``"blank"`` (nothing but Unicode
+    whitespace), ``"a comment"`` (``#`` after the whitespace); None when it runs."""
+    text = line.decode("utf-8", "surrogateescape") if isinstance(line, bytes) else line
+    text = text.strip()
+    if not text:
+        return "blank"
+    return "a comment" if text.startswith("#") else None
+
+
+def runs(line: bytes | str) -> bool:
+    """Whether a line of a task list ever runs (see :func:`skipped`)."""
+    return skipped(line) is None
 
 
 def read_tail(path: str | os.PathLike[str], offset: int) -> bytes:

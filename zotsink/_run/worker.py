@@ -15,7 +15,9 @@ The prints come a line at a time into the log, cut by the one pipe line cutter, 
 number of the task whose call printed them (task 0, the run's own lines, before the first
 call and between batches). After a ``T`` mark (the call left a thread alive, which may print
 after it returned) what comes is logged under task 0, after a line that says which call it
-followed, until a ``B`` mark says which call begins.
+followed, until a ``B`` mark says which call begins. Lines between an ``A`` and an ``R``
+mark are such a thread's, whenever they come: under task 0 too, after a line naming the
+call the thread outlived, never under the call under way.
 """
 
 from __future__ import annotations
@@ -411,8 +413,9 @@ class Worker:
 
 
 #: A mark's line: its letter (B: a call begins; N: one ended and the next of its batch
-#: begins; E: one ended; T: one ended and left a thread alive), the call's task and
-#: attempt, for N the next call's, and for an end the microseconds the call took.
+#: begins; E: one ended; T: one ended and left a thread alive; A, R: an aside of a thread
+#: that outlived the call named begins, ends), the call's task and attempt, for N the next
+#: call's, and for an end the microseconds the call took.
 
 
 class _Prints:
@@ -432,6 +435,9 @@ class _Prints:
         self._to_call: tuple[int, int] | None = None  # the call self._to is for
         self._after: tuple[int, int] | None = None  # a call that left a thread alive
         self._told = False  # the line that says what follows it was written
+        self._aside: tuple[int, int] | None = None  # the call an aside's thread outlived
+        self._aside_told: tuple[int, int] | None = None  # the aside's call last named
+        self._long: LineSink | None = None  # where the line over the limit under way goes
 
     def lines(self, block: bytes) -> None:
         at = block.find(self._mark)
@@ -453,6 +459,12 @@ class _Prints:
 
     def _switch(self, m: re.Match[bytes]) -> None:
         what = m.group(1)
+        if what == b"A":  # a thread's lines: the call under way stays as it is
+            self._aside = (int(m.group(2)), int(m.group(3)))
+            return
+        if what == b"R":
+            self._aside = None
+            return
         if m.group(6) is not None:
             self._worker.took((int(m.group(2)), int(m.group(3))), int(m.group(6)) / 1e6)
         if what == b"B":
@@ -477,14 +489,19 @@ class _Prints:
         return self._to
 
     def _out(self, block: bytes) -> None:
+        if self._aside is not None:
+            to = self._sinks(0, 0)
+            if self._aside != self._aside_told:
+                self._aside_told = self._aside
+                to.lines(_outlived_note(self._aside))
+            to.lines(block)
+            return
         to = self._sink()
+        if self._to_call is None:
+            self._aside_told = None  # other lines of task 0 came between: name it again
         if self._after is not None and not self._told:
-            num, attempt = self._after
             self._told = True
-            to.lines(
-                f"zotsink: printed by the worker after the call of task {num}.{attempt} "
-                "returned (by a thread it started?):\n".encode()
-            )
+            to.lines(_outlived_note(self._after))
         to.lines(block)
 
     def returned(self, call: tuple[int, int] | None) -> None:
@@ -494,13 +511,26 @@ class _Prints:
             self.call = None
 
     def long_begin(self, head: bytes) -> None:
-        self._sink().long_begin(head)
+        self._long = self._sinks(0, 0) if self._aside is not None else self._sink()
+        self._long.long_begin(head)
 
     def long_more(self, piece: bytes) -> None:
-        self._to.long_more(piece)
+        (self._long or self._to).long_more(piece)
 
     def long_end(self, size: int, how: str) -> None:
-        self._to.long_end(size, how)
+        (self._long or self._to).long_end(size, how)
+        self._long = None
+
+
+def _outlived_note(call: tuple[int, int]) -> bytes:
+    """The line before an aside's lines in the log: which call the thread outlived."""
+    if call == (0, 0):
+        return b"zotsink: printed by a thread the worker started as it loaded the function:\n"
+    num, attempt = call
+    return (
+        f"zotsink: printed by the worker after the call of task {num}.{attempt} returned "
+        "(by a thread it started?):\n"
+    ).encode()
 
 
 def _flag_page() -> tuple[int, mmap.mmap | None]:

@@ -16,6 +16,7 @@ import click
 from .._core.locking import LOCK_KINDS
 from .._core.options import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, MAX_TIMEOUT
 from .._core.records import FORMATS
+from .._core.stop import end_at_stop_signals  # noqa: F401 - for status, which may not import _core
 from .._core.writer import SYNC_POLICIES
 from ..errors import (
     HeaderMismatch,

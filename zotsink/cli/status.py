@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Final
@@ -12,8 +11,7 @@ import click
 from ._common import (
     CONTEXT,
     counted,
-    exit_code,
-    fail,
+    end_at_stop_signals,
     json_option,
     print_json,
     read_lock_options,
@@ -107,6 +105,7 @@ if TYPE_CHECKING:
     "--base", type=int, help="The index of the first chunk [default: the recorded one, else 1]."
 )
 @read_lock_options
+@end_at_stop_signals()
 def status_cmd(
     tasks: str,
     out: str | None,
@@ -386,21 +385,11 @@ def _write_page(
     timeout: float,
 ) -> None:
     """The page into ``html_path``, whole or not at all (a browser may be reading it)."""
-    import os
-
-    from .. import read_attempts, status_page
+    from .. import read_attempts, write_status_page
 
     attempts = run_api(lambda: read_attempts(tasks, ledger, lock=lock, timeout=timeout))
-    page = status_page(report, attempts, groups, title=f"zotsink status {tasks}")
-    part = f"{html_path}.part.{os.getpid()}"
-    try:
-        with open(part, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(part, html_path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        fail(f"cannot write {html_path}: {e.strerror or e}", exit_code(e))
+    title = f"zotsink status {tasks}"
+    run_api(lambda: write_status_page(html_path, report, attempts, groups, title=title))
     click.echo(f"zotsink: wrote {html_path} ({counted(len(attempts), 'attempt')})", err=True)
 
 
