@@ -66,7 +66,7 @@ _LAZY = {
     "resubmit_specs": "zotsink._run.status",
     "ledger_missing": "zotsink._run.status",
     "failed_tasks": "zotsink._run.status",
-    "FailedTask": "zotsink._run.status",
+    "FailedTask": "zotsink._run.failures",
     "LedgerMissing": "zotsink._run.status",
     "group_failures": "zotsink._run.failures",
     "failure_tail": "zotsink._run.failures",
@@ -144,14 +144,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.add import add_tasks
     from ._run.close import close_tasks, stop_runs
     from ._run.control import Control, read_control
-    from ._run.failures import FailureGroup, failure_tail, group_failures
+    from ._run.failures import FailedTask, FailureGroup, failure_tail, group_failures
     from ._run.pool import Progress
     from ._run.report import Attempt, attempts_by, rate_text, read_attempts, status_page
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.runs import LiveRuns, RunInfo, read_runs
     from ._run.states import TaskState
     from ._run.status import (
-        FailedTask,
         LedgerMissing,
         StatusReport,
         failed_tasks,

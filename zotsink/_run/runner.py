@@ -28,14 +28,15 @@ from .._ledgerfile import parse_row, read_ledger, row_blocks, rows_in
 from ..errors import UsageError
 from .alive import RUN_VAR, proc_start, run_mark
 from .attempt import Output
-from .failures import alike_key
+from .failures import end_key
 from .halting import Halting, systematic
 from .ledger import Ledger
 from .options import RunOptions, checked_options
 from .pool import Pool, Progress, Tasking
 from .queue import ChunkSource, FollowSource, PullSource, TaskQueue, TaskSource
-from .settings import reconcile, recorded_max_attempts, run_settings
+from .settings import ended_ok_since_settings, reconcile, recorded_max_attempts, run_settings
 from .states import TaskState, begin_scan, states_of
+from .status import tasks_left
 from .tasks import Task, read_tail, read_tasks, task_of
 from .worker import refuse_nested_run
 
@@ -67,6 +68,8 @@ class RunReport(NamedTuple):
     unknown: int = 0  # left running in runs nobody can tell are alive or dead (--pull)
     out_of_time: bool = False  # tasks left to other runs: they would end after the deadline
     idled_out: bool = False  # a followed list gave nothing for --idle seconds
+    stopped: bool = False  # `zotsink stop` ended the run
+    left: int = 0  # then: its tasks that wait for a run (not ok, given up or running)
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -155,8 +158,9 @@ def run_tasks(
     ``task_time`` seconds, else the mean so far) to end after it.
 
     The ledger records the settings (:func:`~zotsink._run.settings.run_settings`); a run
-    whose settings differ from the recorded ones raises :class:`UsageError` before any task
-    starts, unless ``new_settings`` (:func:`~zotsink._run.settings.reconcile`).
+    whose settings differ from the recorded ones, under which a task ended ok, raises
+    :class:`UsageError` before any task starts, unless ``new_settings``
+    (:func:`~zotsink._run.settings.reconcile`).
     ``max_attempts`` (else the recorded one): a task whose failed, killed
     or timed-out attempts reached it is ``given-up`` and not started again.
 
@@ -270,6 +274,10 @@ def _run(o: RunOptions) -> RunReport:
             path=o.ledger_path,
             array=index is not None,
             new_settings=new_settings,
+            # settings under which no task ended ok bind nobody (a typo in a first run)
+            ended_ok=lambda: ended_ok_since_settings(
+                o.ledger_path, lock=opts.lock, timeout=opts.timeout
+            ),
         )
     except UsageError:
         ledger.close()
@@ -349,7 +357,7 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
         if row is None:
             continue
         latest.pop(row.tasknum, None)  # its latest end row, in the order it came
-        why = alike_key(row.status, f"{row.exit}/{row.signal}/{row.note}", row.key)
+        why = end_key(row.status, row.exit, row.signal, row.note, row.key)
         latest[row.tasknum] = (row.status, why)
     return list(latest.values())
 
@@ -437,4 +445,6 @@ def _report(
         unknown=len(queue.unknown),
         out_of_time=queue.out_of_time,
         idled_out=pool.idled_out,
+        stopped=ledger.stopped,
+        left=tasks_left(ledger, queue.keys) if ledger.stopped else 0,
     )

@@ -13,6 +13,7 @@ closed, and a stop, which the runs begun before it are obeying while they live.
 from __future__ import annotations
 
 import os
+import time as clock  # ``time`` names a row's time below
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
@@ -43,6 +44,9 @@ class RunInfo(NamedTuple):
     running: int  # tasks whose latest row is its start
     alive: bool | None  # None: nobody can tell (another host, no scheduler answer)
     stopping: bool  # a stop row came after it began
+    # seconds since its latest row, when no task of it runs (a run that follows its list
+    # and waits for lines, or waits on other runs' tasks); None while one runs
+    idle: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -160,11 +164,13 @@ def read_runs(
     for key in running.values():
         busy[key] = busy.get(key, 0) + 1
     latest = sorted(runs, key=lambda k: runs[k].last_at, reverse=True)[:recent]
+    now = clock.time()
     live: list[RunInfo] = []
     unknown: list[RunInfo] = []
     for key in sorted(set(busy) | set(latest), key=lambda k: runs[k].first_at):
         r = runs[key]
         alive = run_alive(r.host, r.pid, r.note, r.job, here, r.array_task)
+        last = ledger_time(r.last_time)
         info = RunInfo(
             host=r.host,
             pid=r.pid,
@@ -179,6 +185,7 @@ def read_runs(
             running=busy.get(key, 0),
             alive=alive,
             stopping=r.first_at < control.stop_at,
+            idle=None if busy.get(key) or last is None else max(0.0, now - last),
         )
         if alive:
             live.append(info)

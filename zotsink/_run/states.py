@@ -241,6 +241,9 @@ _GIVEN_UP: Final = _CODES.index("given-up")
 _FAILING_CODES: Final = frozenset(_CODES.index(name) for name in FAILING)
 _TASK_EVENTS: Final = tuple(e.encode() for e in TASK_EVENTS)
 _LOST: Final = _CODES.index("lost")
+#: The codes of a task whose latest row is an end that judged it: ok, or a failure
+#: (``interrupted`` is a stop, no verdict on the task).
+_JUDGED: Final = frozenset(_CODES.index(name) for name in ("ok", *FAILING, "given-up"))
 _OK: Final = _CODES.index("ok")
 #: The column of ``records``: an end row's fields from there on are split only for a
 #: look at the piece an ok row claims.
@@ -469,6 +472,13 @@ class LedgerTally(Mapping[int, TaskState]):
             if self._code[n] != _NEVER and not math.isnan(seconds[n])
         )
         return [(n, s, self._keys[n]) for n, s in heapq.nlargest(count, ended, key=lambda x: x[1])]
+
+    def last_ended(self, count: int) -> list[LedgerRow]:
+        """The end rows of the ``count`` tasks that ended last, ok or failed (their latest
+        row; ``interrupted`` is no verdict), oldest first: what the last tasks to end say."""
+        at, code = self._at, self._code
+        latest = heapq.nlargest(count, (at[n] for n in self._keys if code[n] in _JUDGED))
+        return [self._scan.row_at(offset) for offset in sorted(latest)]
 
     def __getitem__(self, num: int) -> TaskState:
         if num not in self._keys:

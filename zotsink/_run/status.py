@@ -6,23 +6,28 @@ import math
 import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
 from .._ledgerfile import ledger_time
-from ..errors import UsageError
+from ..errors import UsageError, ZotsinkError
 from .alive import SCHEDULER_WAIT, forget_jobs, job_alive, scheduler_wait
 from .control import read_control
+from .failures import FailedTask, end_key
+from .halting import WINDOW_MIN, systematic
 from .logline import log_lines
 from .runs import LiveRuns, read_runs
 from .settings import recorded_array
 from .states import FAILING, STATES, LedgerTally, TaskState
 from .tasks import Task, task_lines
 
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
 __all__ = [
-    "FailedTask",
+    "FailingAlike",
     "LedgerMissing",
     "StatusReport",
     "failed_tasks",
@@ -32,7 +37,21 @@ __all__ = [
     "resubmit_specs",
     "task_status",
     "tasks_in",
+    "tasks_left",
 ]
+
+
+class FailingAlike(NamedTuple):
+    """The last tasks to end all failed alike (the same status, exit or signal): what a run
+    halts on, and what a submission as it is would do to the tasks left."""
+
+    tasks: int  # how many of the last to end (every task that ended, when fewer)
+    status: str  # failed, killed or timeout
+    exit: str  # the last one's exit code ("" when a signal ended it)
+    signal: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
 
 
 class StatusReport(NamedTuple):
@@ -62,10 +81,33 @@ class StatusReport(NamedTuple):
     runs_seen: int = 0
     # running tasks whose run's life nothing here can tell (another host, no scheduler)
     unknown: frozenset[int] = frozenset()
+    # a --follow ledger: its runs take the lines added to the task list while they live
+    follow: bool = False
+    # the last tasks to end all failed alike: fix the cause before submitting (None: not so)
+    failing: FailingAlike | None = None
 
     @property
     def all_ok(self) -> bool:
         return self.counts["ok"] == self.total
+
+    @property
+    def takers(self) -> int:
+        """Live runs of a ``--pull`` ledger that will take the tasks left: neither stopping
+        nor halting (a run whose tasks all failed alike halts). A chunked run takes only
+        its chunk's."""
+        if self.runs is None or self.failing is not None or not self.pull:
+            return 0
+        return sum(not r.stopping for r in self.runs.live)
+
+    @property
+    def submit(self) -> int:
+        """How many more elements of a ``--pull`` job to submit for the tasks left: as many
+        as ran before, never more than tasks are left; none while live runs take them, and
+        none while the last tasks to end failed alike (the cause wants fixing first)."""
+        left = self.to_run
+        if not self.pull or not left or self.takers or self.failing is not None:
+            return 0
+        return min(left, max(self.runs_seen, 1))
 
     @property
     def settled(self) -> bool:
@@ -91,7 +133,11 @@ class StatusReport(NamedTuple):
             "scheduler": self.scheduler,
             "runs": None if self.runs is None else self.runs.to_dict(),
             "pull": self.pull,
+            "follow": self.follow,
             "unknown": array_spec(self.unknown),
+            "failing_alike": None if self.failing is None else self.failing.to_dict(),
+            "takers": self.takers,
+            "submit": self.submit,
         }
 
     @property
@@ -152,10 +198,12 @@ def task_status(
         waiting = tally.first_time is None or (
             counts["never"] > 0 and any(job_alive(j) is not False for j in tally.jobs)
         )
-        # The live runs cost a second pass over the ledger: made only while a task runs
-        # (a run between tasks, or waiting for a followed list's lines, is not shown then);
-        # the control rows are found by the C-speed search for task 0's rows.
-        if counts["running"]:
+        # The live runs cost a second pass over the ledger: made while a task runs, and for
+        # a --pull or --follow ledger, whose runs may live with no task running (waiting
+        # for a followed list's lines, or on other runs' tasks); else the control rows are
+        # found by the C-speed search for task 0's rows.
+        pull = (tally.settings or {}).get("pull", "")
+        if counts["running"] or pull:
             runs = read_runs(ledger, lock=lock, timeout=timeout)
         else:
             control, _size = read_control(ledger, lock=lock, timeout=timeout)
@@ -181,9 +229,50 @@ def task_status(
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
         runs=runs,
-        pull=bool((tally.settings or {}).get("pull")),
+        pull=bool(pull),
         runs_seen=tally.runs,
         unknown=tally.unknown,
+        follow=pull == "follow",
+        failing=failing_alike(tally, counts),
+    )
+
+
+def failing_alike(tally: LedgerTally, counts: Mapping[str, int]) -> FailingAlike | None:
+    """Whether the last tasks to end all failed alike, as a run halts on them (see
+    :mod:`~zotsink._run.halting`): the last :data:`~zotsink._run.halting.WINDOW_MIN` of them,
+    or every task of the list, when each ran and fewer ended. Read only when tasks failed
+    and some wait for a run."""
+    failed = sum(counts[state] for state in (*FAILING, "given-up"))
+    if not failed or not sum(counts[state] for state in _TO_RUN):
+        return None
+    rows = tally.last_ended(WINDOW_MIN)
+    ends = [(r.status, end_key(r.status, r.exit, r.signal, r.note, r.key)) for r in rows]
+    if len(ends) < WINDOW_MIN:
+        # fewer ended: alike only when every task ended, each failing as the others did
+        unjudged = ("never", "running", "lost", "interrupted")
+        every = bool(ends) and not any(counts[s] for s in unjudged)
+        if not every or len(set(ends)) > 1 or ends[0][0] not in FAILING:
+            return None
+    elif not systematic(ends, 1):
+        return None
+    last = rows[-1]
+    return FailingAlike(len(rows), last.status, last.exit, last.signal)
+
+
+def tasks_left(ledger: Ledger, keys: Iterable[int]) -> int:
+    """How many of the tasks ``keys`` a run had wait for a run when it ends (not ok, not
+    given up, not running in another run), by the ledger's rows read once more: its own
+    last end rows included, and those of the runs it shared the tasks with; by what it knew
+    last when the ledger cannot be read now."""
+    try:
+        states = ledger.look()
+    except ZotsinkError:
+        states = ledger.states
+    return sum(
+        1
+        for n in keys
+        if (st := states.get(n)) is None
+        or (st.state not in ("ok", "running") and not ledger.gives_up(st))
     )
 
 
@@ -313,24 +402,6 @@ def resubmit_specs(
         lock=lock,
         timeout=timeout,
     ).specs
-
-
-class FailedTask(NamedTuple):
-    """A task whose latest attempt failed, was killed or timed out (given up, too), with
-    the last lines that attempt wrote to stderr."""
-
-    tasknum: int
-    line: str  # the task's line
-    state: str  # failed, killed, timeout or given-up
-    status: str  # the end row's: failed, killed or timeout
-    attempt: int
-    exit: str  # the exit code, "" when a signal ended it
-    signal: str
-    seconds: float | None
-    stderr: list[str]  # its last lines in the log, oldest first
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
 
 
 #: Bytes of a log line kept for the report: the head says what went wrong.

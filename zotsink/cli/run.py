@@ -211,11 +211,12 @@ def run_cmd(
     stderr goes, prefixed by TASKNUM.ATTEMPT, to OUT.log; every start and end to
     OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
     finish what is left (`zotsink status`, `zotsink missing --ledger`). The ledger
-    records the settings; a resubmission called otherwise is refused.
+    records the settings; once a task ended ok under them, a resubmission called
+    otherwise is refused.
 
     \b
     Exit codes: 0 every task ok, 1 a task not ok (or given up) or records
-    refused, 2 usage or settings other than the recorded ones,
+    refused, 2 usage or settings other than the recorded (binding) ones,
     74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
     """
     from .. import Stopper, run_tasks
@@ -333,6 +334,8 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         say("tasks left to other runs: they would not end before this job's deadline")
     if r.idled_out:
         say("nothing new to do in the --idle time: the run made way")
+    if r.stopped:
+        say(f"stopped by `zotsink stop`: {counted(r.left, 'task')} left to run")
     if r.signal is not None:
         import signal
 
