@@ -67,7 +67,7 @@ _LAZY = {
     "ledger_missing": "zotsink._run.status",
     "ledger_jobs": "zotsink._run.status",
     "failed_tasks": "zotsink._run.status",
-    "FailedTask": "zotsink._run.status",
+    "FailedTask": "zotsink._run.failures",
     "LedgerMissing": "zotsink._run.status",
     "group_failures": "zotsink._run.failures",
     "failure_tail": "zotsink._run.failures",
@@ -146,7 +146,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._recover import RecoverReport, recover
     from ._run.add import add_tasks
     from ._run.close import close_tasks, read_control, stop_runs
-    from ._run.failures import FailureGroup, failure_tail, group_failures
+    from ._run.failures import FailedTask, FailureGroup, failure_tail, group_failures
     from ._run.report import (
         Attempt,
         attempts_by,
@@ -160,7 +160,6 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.runs import LiveRuns, RunInfo, read_runs
     from ._run.state import Progress
     from ._run.status import (
-        FailedTask,
         LedgerMissing,
         StatusReport,
         failed_tasks,

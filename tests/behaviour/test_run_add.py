@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from zotsink import RecordError, add_tasks
+from zotsink import RecordError, ZotsinkWarning, add_tasks
 from zotsink._core.records import MAX_LINE
 from zotsink._run.tasks import task_lines
 
@@ -118,10 +118,21 @@ def test_add_prints_one_number_or_a_range(
 @pytest.mark.parametrize(
     ("given", "why"),
     [
-        (b"ok\n\nok2\n", b"task line 2 of the input is blank"),
-        (b"ok\n   \n", b"task line 2 of the input is blank"),
-        (b"  # a note\n", b"task line 1 of the input is a comment"),
-        (b"ok\nnu\0l\n", b"task line 2 of the input: record refused (NUL byte)"),
+        (
+            b"ok\nnu\0l\n",
+            b"zotsink: error: task line 2 of the input: record refused (NUL byte): b'nu\\x00l'; "
+            b"nothing was added\n",
+        ),
+        (
+            b"  # a note\n",
+            b"zotsink: error: no task line to add to tasks.txt: the line given is blank or a # "
+            b"comment, which a task list never runs (nothing was added)\n",
+        ),
+        (
+            b"\n   \n#\n",
+            b"zotsink: error: no task line to add to tasks.txt: all 3 lines given are blank or # "
+            b"comments, which a task list never runs (nothing was added)\n",
+        ),
     ],
 )
 def test_a_line_that_is_no_task_is_refused_and_nothing_added(
@@ -132,8 +143,7 @@ def test_a_line_that_is_no_task_is_refused_and_nothing_added(
 ) -> None:
     (tmp_path / "tasks.txt").write_bytes(b"one\n")
     r = zotsink("add", "tasks.txt", input=given)
-    assert r.returncode == 1 and why in r.stderr and b"nothing was added" in r.stderr
-    assert r.stdout == b""
+    assert (r.returncode, r.stdout, r.stderr) == (1, b"", why)
     assert (tmp_path / "tasks.txt").read_bytes() == b"one\n"
 
 
@@ -148,18 +158,17 @@ UNICODE_BLANKS = {
 
 
 @pytest.mark.parametrize("name", sorted(UNICODE_BLANKS))
-def test_a_line_of_unicode_whitespace_is_refused_as_run_would_skip_it(
+def test_a_line_of_unicode_whitespace_is_left_out_as_run_would_skip_it(
     tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]], name: str
 ) -> None:
-    line, why = UNICODE_BLANKS[name]
+    line, _why = UNICODE_BLANKS[name]
     tasks = tmp_path / "tasks.txt"
     tasks.write_bytes(b"one\n")
     r = zotsink("add", "tasks.txt", input=f"two\n{line}\n".encode())
-    assert (r.returncode, r.stdout) == (1, b""), r.stderr
-    said = f"task line 2 of the input is {why} ({line!r}): a task list numbers such a line"
-    assert said.encode() in r.stderr and b"nothing was added" in r.stderr, r.stderr
-    assert tasks.read_bytes() == b"one\n"
-    with pytest.raises(RecordError, match=f"task line 1 of the input is {why}"):
+    assert (r.returncode, r.stdout) == (0, b"2\n"), r.stderr
+    assert b"left out 1 blank or # line, which a task list never runs" in r.stderr, r.stderr
+    assert tasks.read_bytes() == b"one\ntwo\n"
+    with pytest.raises(RecordError, match=r"no task line to add .*: the line given is blank"):
         add_tasks(tasks, [line])
     # the same line in a list: numbered, never run, never counted as a task
     tasks.write_bytes(f"one\n{line}\nthree\n".encode())
@@ -168,6 +177,24 @@ def test_a_line_of_unicode_whitespace_is_refused_as_run_would_skip_it(
     assert (tmp_path / "out.txt").read_bytes() == b"one\nthree\n"
     assert b"2 tasks: 2 ok" in zotsink("status", "tasks.txt", "out.txt").stderr
     assert zotsink("add", "tasks.txt", "four").stdout == b"4\n"  # the line still counts
+
+
+def test_blank_and_comment_lines_are_left_out_and_counted(
+    tmp_path: Path, zotsink: Callable[..., subprocess.CompletedProcess[bytes]]
+) -> None:
+    (tmp_path / "tasks.txt").write_bytes(b"one\n")
+    r = zotsink("add", "tasks.txt", input=b"a\n\n   \n# a note\nb\n")
+    assert (r.returncode, r.stdout) == (0, b"2-3\n"), r.stderr
+    assert r.stderr == (
+        b"zotsink: warning: left out 3 blank or # lines, which a task list never runs; added "
+        b"the other 2 to tasks.txt\n"
+    )
+    r = zotsink("add", "tasks.txt", "c", "")
+    assert (r.returncode, r.stdout) == (0, b"4\n"), r.stderr
+    assert b"left out 1 blank or # line, which" in r.stderr
+    assert (tmp_path / "tasks.txt").read_bytes() == b"one\na\nb\nc\n"
+    with pytest.warns(ZotsinkWarning, match="left out 1 blank or # line"):
+        assert add_tasks(tmp_path / "tasks.txt", ["d", "  "]) == range(5, 6)
 
 
 def test_api_refuses_a_newline_inside_and_a_line_over_the_limit(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ done. Every task holds a witness lock while it runs (see test_run_pull)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -124,3 +125,72 @@ def test_stop_drains_live_runs_and_a_later_run_does_the_rest(d: Path, procs: lis
     assert sorted(committed(d)) == sorted(items)
     assert ran(d) == Counter(items)
     no_double(d)
+
+
+def test_a_run_ended_by_stop_says_so_and_how_many_tasks_are_left(d: Path, procs: list) -> None:
+    items = [f"slow{n}" for n in range(1, 31)]  # each waits for the release
+    add(d, "".join(f"{i}\n" for i in items))
+    run = start(d, "--pull")
+    procs.append(run)
+    wait_for(lambda: (d / "held").is_dir() and any((d / "held").iterdir()), run, "began a task")
+    stop = subprocess.run([*ZOTSINK, "stop", "tasks.txt", "out.txt"], cwd=d, env=env())
+    assert stop.returncode == 0
+    (d / "release").touch()
+    _out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    status = subprocess.run(
+        [*ZOTSINK, "status", "tasks.txt", "out.txt", "--json"],
+        cwd=d,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    left = json.loads(status.stdout)["to_run"]
+    assert 0 < left < len(items)
+    assert err.splitlines()[-1] == f"zotsink: stopped by `zotsink stop`: {left} tasks left to run"
+
+
+def test_a_follow_run_calls_the_function_it_imported_until_stopped_and_submitted_again(
+    d: Path, procs: list
+) -> None:
+    """docs/run.md: workers import FUNC once; a change to its file reaches the tasks of the
+    runs started after it (`zotsink stop`, then submit again), never a live run's."""
+    (d / "f.py").write_text("def f(line):\n    return line + ' v1'\n")
+
+    def records() -> list[str]:
+        out = d / "out.txt"
+        return out.read_text().splitlines() if out.exists() else []
+
+    def follow() -> subprocess.Popen[str]:
+        argv = [*ZOTSINK, "run", "tasks.txt", "out.txt", "--follow", "--idle", "600"]
+        run = subprocess.Popen(
+            [*argv, "--call", "f.py:f"],
+            cwd=d,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(run)
+        return run
+
+    first = follow()
+    add(d, "a\n")
+    wait_for(lambda: records() == ["a v1"], first, "ran task a")
+    (d / "f.py").write_text("def f(line):\n    return line + ' v2'\n")
+    add(d, "b\n")
+    wait_for(lambda: len(records()) == 2, first, "ran task b")
+    assert records() == ["a v1", "b v1"]  # the function it imported when it began
+    stop = subprocess.run([*ZOTSINK, "stop", "tasks.txt", "out.txt"], cwd=d, env=env())
+    assert stop.returncode == 0
+    _out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    second = follow()
+    add(d, "c\n")
+    wait_for(lambda: len(records()) == 3, second, "ran task c")
+    assert records()[2] == "c v2"
+    close = subprocess.run([*ZOTSINK, "close", "tasks.txt", "out.txt"], cwd=d, env=env())
+    assert close.returncode == 0
+    _out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err

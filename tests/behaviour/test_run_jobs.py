@@ -378,7 +378,8 @@ def test_template_with_call_runs_a_function_per_task(
 def test_the_readme_walk_through_runs_through_the_slurm_template_with_call(
     job_dir: Path, child_env: Callable[..., dict[str, str]]
 ) -> None:
-    """The README's measure.py and its `export TASKS=... CALL=...` through the template."""
+    """The README's measure.py and its chunked alternative, `TASKS=... CALL=... sbatch`,
+    through the template."""
     try:
         from PIL import Image
     except ImportError as e:  # in the test extra: in CI it is there
@@ -389,8 +390,10 @@ def test_the_readme_walk_through_runs_through_the_slurm_template_with_call(
     (job_dir / "measure.py").write_text(
         readme.split("```python\n# measure.py\n", 1)[1].split("```")[0]
     )
-    assert "export TASKS=images.txt CALL=measure.py:measure" in readme
-    assert "sbatch --array=1-270 scripts/jobs/zotsink-run.sbatch" in readme
+    assert (
+        "TASKS=images.txt CALL=measure.py:measure sbatch --array=1-270 "
+        "scripts/jobs/zotsink-run.sbatch"
+    ) in readme
     names = []
     for i in range(5):
         Image.new("L", (4, 4), 10 * i).save(job_dir / f"img{i}.png")

@@ -302,7 +302,18 @@ def test_pull_with_call_retries_and_a_deadline(d: Path, procs: list) -> None:
 
 def test_pull_refuses_an_index_and_idle_without_follow(d: Path) -> None:
     (d / "tasks.txt").write_text("a\n")
-    for extra in (["--pull", "--index", "2"], ["--idle", "3"], ["--deadline", "60"]):
+    chunk = (
+        "zotsink: error: --pull takes the tasks of the whole list a block at a time, each "
+        "block sized by the run's own rate: give no --chunk (nor --base)\n"
+    )
+    for extra, said in (
+        (["--pull", "--index", "2"], "give no --index"),
+        (["--idle", "3"], "give --follow"),
+        (["--deadline", "60"], "give --pull"),
+        (["--pull", "--chunk", "100"], chunk),
+        (["--follow", "--chunk", "5"], chunk),
+        (["--pull", "--base", "0"], chunk),
+    ):
         r = subprocess.run(
             [*ZOTSINK, "run", "tasks.txt", "out.txt", *extra, "--", "echo"],
             cwd=d,
@@ -312,6 +323,11 @@ def test_pull_refuses_an_index_and_idle_without_follow(d: Path) -> None:
             timeout=60,
         )
         assert r.returncode == 2, (extra, r.stderr)
+        if said.endswith("\n"):
+            assert r.stderr == said
+        else:
+            assert said in r.stderr, r.stderr
+    assert sorted(p.name for p in d.iterdir()) == ["tasks.txt", "witness.py"]  # nothing ran
 
 
 def test_status_and_missing_of_a_pull_ledger_speak_of_tasks_left(d: Path) -> None:
@@ -343,7 +359,10 @@ def test_status_and_missing_of_a_pull_ledger_speak_of_tasks_left(d: Path) -> Non
         text=True,
         timeout=60,
     )
-    assert "to run again: 4 tasks left; submit up to 1 more elements" in status.stderr
+    assert status.stderr.splitlines()[-1] == (
+        "zotsink: to run again: 4 tasks left; submit up to 1 more element of the --pull job "
+        "(any element takes any task)"
+    )
     assert "array indices" not in status.stderr
     missing = subprocess.run(
         [*ZOTSINK, "missing", "tasks.txt", "--ledger", "out.txt.ledger", "--array"],

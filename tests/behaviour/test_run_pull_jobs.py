@@ -114,7 +114,9 @@ def cron(tmp_path: Path, child_env: Callable[..., dict[str, str]]) -> Callable[.
     (bin_ / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho "Submitted 7"\n')
     (bin_ / "sbatch").chmod(0o755)
 
-    def run(queued: str = "", squeue_fails: bool = False, code: int = 0) -> Path:
+    def run(
+        queued: str = "", squeue_fails: bool = False, code: int = 0, quiet: bool = False
+    ) -> Path:
         exit_ = "exit 1" if squeue_fails else "exit 0"
         (bin_ / "squeue").write_text(
             f'#!/bin/sh\necho "$@" > {tmp_path}/squeue.args\nprintf "%s" "{queued}"\n{exit_}\n'
@@ -134,9 +136,21 @@ def cron(tmp_path: Path, child_env: Callable[..., dict[str, str]]) -> Callable[.
             timeout=60,
         )
         assert r.returncode == code, r.stderr
+        if quiet:  # cron mails what a job prints: nothing to do, nothing said
+            assert (r.stdout, r.stderr) == (b"", b"")
         return calls
 
     return run
+
+
+def test_an_empty_dropbox_is_nothing_to_do_and_nothing_to_say(
+    tmp_path: Path, cron: Callable[..., Path]
+) -> None:
+    calls = cron(quiet=True)  # no task list yet
+    assert not calls.exists() and not (tmp_path / "squeue.args").exists()
+    (tmp_path / "tasks.txt").write_bytes(b"")
+    cron(quiet=True)  # an empty one
+    assert not calls.exists() and not (tmp_path / "squeue.args").exists()
 
 
 def test_cron_submits_a_runner_only_when_tasks_wait_and_none_is_queued(
@@ -144,7 +158,7 @@ def test_cron_submits_a_runner_only_when_tasks_wait_and_none_is_queued(
 ) -> None:
     from zotsink import add_tasks, run_tasks
 
-    calls = cron()  # no task list yet: no task waits (status says why on stderr)
+    calls = cron()  # no task list yet: no task waits
     assert not calls.exists()
     add_tasks(tmp_path / "tasks.txt", ["a", "b"])
     cron(queued="1234\n")  # tasks wait, a runner is queued: it will take them

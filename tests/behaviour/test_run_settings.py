@@ -85,24 +85,25 @@ def test_a_run_without_index_keeps_the_recorded_chunk(chunked: Path, zotsink: Ru
 
 
 @pytest.mark.parametrize(
-    ("args", "name", "old", "new"),
+    ("args", "old", "new"),
     [
-        (["--chunk", "10", "--", "echo"], "chunk", "'20'", "'10'"),
-        (["--chunk", "20", "--", "echo", "-n"], "command", "'echo'", "'echo -n'"),
-        (["--chunk", "20", "--stamp", "job", "--", "echo"], "stamp", "'(none)'", "'job'"),
-        (["--chunk", "20", "--kv", "--", "echo"], "kv", "'(none)'", "':'"),
-        (["--chunk", "20", "-f", "csv", "--", "echo"], "format", "'tsv'", "'csv'"),
+        (["--chunk", "10", "--", "echo"], "--chunk 20", "--chunk 10"),
+        (["--chunk", "20", "--", "echo", "-n"], "-- echo", "-- echo -n"),
+        (["--chunk", "20", "--stamp", "job", "--", "echo"], "no --stamp", "--stamp job"),
+        (["--chunk", "20", "--kv", "--", "echo"], "no --kv", "--kv :"),
+        (["--chunk", "20", "-f", "csv", "--", "echo"], "--format tsv", "--format csv"),
     ],
 )
 def test_a_resubmission_called_otherwise_is_refused_before_anything_runs(
-    chunked: Path, zotsink: Run, tmp_path: Path, args: list[str], name: str, old: str, new: str
+    chunked: Path, zotsink: Run, tmp_path: Path, args: list[str], old: str, new: str
 ) -> None:
     before = {p: (tmp_path / p).read_bytes() for p in ("out.tsv", "out.tsv.ledger")}
     r = zotsink("run", chunked, "out.tsv", "--index", "3", *args)
     assert r.returncode == 2
-    err = r.stderr.decode()
-    assert f"records {name} {old} for this run's tasks, and this run has {new}" in err
-    assert "--new-settings" in err and "Traceback" not in err
+    assert r.stderr.decode() == (
+        f"zotsink: error: out.tsv.ledger: tasks ended ok under {old}, and this run has {new}: "
+        "run as recorded, or add --new-settings\n"
+    )
     assert {p: (tmp_path / p).read_bytes() for p in before} == before  # nothing ran
     assert not (tmp_path / "out.tsv.log").exists()
 
@@ -180,13 +181,91 @@ def test_a_recorded_chunk_that_is_no_chunk_is_refused(
     assert (r.returncode, r.stdout) == (0, b"1,3-15\n"), r.stderr
 
 
-def test_the_refusal_of_other_settings_names_the_option_to_give(
-    chunked: Path, zotsink: Run
-) -> None:
-    r = zotsink("run", chunked, "out.tsv", "--index", "2", "--chunk", "20", "--", "echo", "-n")
+def test_settings_under_which_no_task_ended_ok_bind_nobody(tmp_path: Path, zotsink: Run) -> None:
+    """A typo on the first run (every task failed) is recorded, and the corrected run goes
+    on with its own settings, saying so; once a task ended ok under them they bind, and the
+    refusal names a --call run as --call."""
+    (tmp_path / "measure.py").write_text("def measure(line):\n    return {'item': line}\n")
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    r = zotsink("run", "tasks.txt", "out.tsv", "--", "./mesure.py")  # no such command
+    assert r.returncode == 1, r.stderr
+    r = zotsink("run", "tasks.txt", "out.tsv", "--call", "measure.py:measure")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode().splitlines() == [
+        "zotsink: warning: out.tsv.ledger records -- ./mesure.py, under which no task ended "
+        "ok: this run records its own (--call measure.py:measure)",
+        "zotsink: 3 tasks: 3 ok; 3 records into out.tsv",
+    ]
+    runs = [json.loads(row["note"]) for row in ledger_rows(tmp_path / "out.tsv.ledger")
+            if row["event"] == "run"]  # fmt: skip
+    assert [x["command"] for x in runs] == ["./mesure.py", ""]
+    assert runs[1]["call"] == f"{os.path.realpath(tmp_path / 'measure.py')}:measure"
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\nd\n")
+    r = zotsink("run", "tasks.txt", "out.tsv", "--", "echo")
     assert r.returncode == 2
-    err = " ".join(r.stderr.decode().split())
-    assert "Run with the recorded command (`zotsink status TASKS --ledger" in err
+    assert r.stderr.decode() == (
+        "zotsink: error: out.tsv.ledger: tasks ended ok under --call measure.py:measure, and "
+        "this run has -- echo: run as recorded, or add --new-settings\n"
+    )
+    assert zotsink("cat", "out.tsv").stdout == b"item\na\nb\nc\n"  # nothing ran
+
+
+def test_a_run_begun_under_older_settings_does_not_make_newer_ones_bind(
+    tmp_path: Path, zotsink: Run
+) -> None:
+    """Only ends of runs that began under the latest settings count: here a run of the
+    older settings ends its tasks ok after a --new-settings run recorded its own."""
+    from tests.ledgers import Book
+    from zotsink._ledger.read import Snapshot
+    from zotsink._ledger.view import LedgerView
+    from zotsink._run.settings import ended_ok_since_settings, run_settings
+
+    def settings(command: str) -> dict[str, str]:
+        return run_settings(
+            "t", [command], shell=False, array=False, chunk=1, base=1, format="tsv",
+            columns=None, kv=None, stamp=(), max_attempts=None,
+        )  # fmt: skip
+
+    def bind() -> bool:
+        view = LedgerView()
+        with Snapshot(path) as snap:
+            view.feed(snap.rows())
+        return ended_ok_since_settings(view)
+
+    path = tmp_path / "l"
+    old = Book(path, pid=101, job="1", settings=settings("echo"))
+    new = Book(path, pid=102, job="2", settings=settings("true"))
+    old.claim(1, line="a").begin(1).write()
+    assert not bind()  # a task runs, none ended
+    old.end(1).write()
+    assert bind()
+    new.claim(2, line="b").begin(2).write()
+    old.claim(3, line="c").begin(3).end(3).write()
+    assert not bind()  # ok, but under the older settings
+    new.end(2, status="failed", code="1").write()
+    assert not bind()
+    newer = Book(path, pid=103, job="3", settings=settings("true"))
+    newer.claim(4, line="d").begin(4).write()
+    newer.end(4).write()
+    assert bind()  # the same settings again: one line of them
+
+
+def test_a_function_given_as_the_command_asks_for_call(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "measure.py").write_text(MEASURE)
+    (tmp_path / "tasks.txt").write_text("a\n")
+    for spec in ("measure.py:measure", "./measure.py:measure", "pkg.mod:measure"):
+        r = zotsink("run", "tasks.txt", "out.tsv", "--", spec)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.decode() == (
+            f"zotsink: error: CMD {spec} is a Python function's name, not a command: did you "
+            f"mean --call {spec}?\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["measure.py", "tasks.txt"]
+    # not the shape: a missing file, more arguments, no function name after the colon
+    for cmd in (["other.py:measure"], ["measure.py:measure", "x"], ["measure.py:"]):
+        r = zotsink("run", "tasks.txt", f"out{len(cmd)}.tsv", "--", *cmd)
+        assert r.returncode == 1, r.stderr  # it ran, as a command that cannot start
+        assert b"did you mean" not in r.stderr
 
 
 MEASURE = "def measure(line):\n    return {'item': line}\n"
@@ -217,7 +296,10 @@ def test_a_call_is_one_file_however_its_path_is_written(tmp_path: Path, zotsink:
     # another file is another function: refused
     r = zotsink("run", "tasks.txt", "out.tsv", "--call", "other.py:measure", "--index", "3")
     assert r.returncode == 2
-    assert "records call" in r.stderr.decode() and "other.py:measure" in r.stderr.decode()
+    assert r.stderr.decode() == (
+        "zotsink: error: out.tsv.ledger: tasks ended ok under --call measure.py:measure, and "
+        "this run has --call other.py:measure: run as recorded, or add --new-settings\n"
+    )
 
 
 def test_elements_of_one_array_job_run_whatever_value_of_their_own_cmd_carries(
@@ -243,7 +325,7 @@ def test_elements_of_one_array_job_run_whatever_value_of_their_own_cmd_carries(
     # a later submission called otherwise is refused, as ever
     r = element("78", 3)
     assert r.returncode == 2
-    assert "records command 'echo --seed 2'" in r.stderr.decode()
+    assert "tasks ended ok under -- echo --seed 2, and this run has" in r.stderr.decode()
     # with --new-settings it records its own, and its other elements run too
     r = element("78", 3, "--new-settings")
     assert r.returncode == 0, r.stderr

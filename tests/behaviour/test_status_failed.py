@@ -163,3 +163,36 @@ def test_failures_that_differ_are_groups_of_their_own(tmp_path: Path, zotsink: R
         "task 2 failed", "task 4 killed",
     ]  # fmt: skip
     assert b"--all" not in r.stderr
+
+
+def test_a_long_spec_of_a_group_is_cut_counted_and_pointed_to(tmp_path: Path, zotsink: Run) -> None:
+    """1,000 alike failures among 2,000 tasks, every other one: their spec alone would be
+    4,893 characters; the group's line shows its head, counts the rest and names the
+    command that prints it whole."""
+    tasks = tmp_path / "tasks.txt"
+    tasks.write_text("".join(f"{n}\n" for n in range(1, 2001)))
+    r = zotsink("run", tasks, "out.tsv", "--jobs", "2", "--halt-after", "0", "--", "sh", "-c",
+                'echo "odd $(( $0 % 2 ))" >&2; exit $(( $0 % 2 ))', timeout=300)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    r = zotsink("status", tasks, "out.tsv", "--failed")
+    assert r.returncode == 1
+    head = ",".join(str(n) for n in range(1, 82, 2))  # the first 41 of them: 119 characters
+    line = r.stdout.decode().splitlines()[0]
+    assert line.startswith(
+        f"1000 tasks failed alike: {head},... (959 more); the first, task 1 failed (attempt 1, "
+        "exit 1, "
+    )  # then its seconds
+    assert line.endswith(" s): 1")
+    full = f"`zotsink missing {tasks} --ledger out.tsv.ledger --state failed --array --chunk 1`"
+    assert r.stderr.decode().splitlines()[1] == (
+        "zotsink: task numbers past the first 120 characters of a spec are counted, not shown; "
+        f"in full: {full}"
+    )
+    spec = zotsink(*full.strip("`").split()[1:]).stdout.decode()
+    assert spec == ",".join(str(n) for n in range(1, 2000, 2)) + "\n"
+    # a short spec is whole, and no pointer
+    (tmp_path / "few.txt").write_text("1\n2\n3\n")
+    r = zotsink("run", "few.txt", "few.tsv", "--", "sh", "-c", "exit $(( $0 % 2 ))")
+    r = zotsink("status", "few.txt", "few.tsv", "--failed")
+    assert r.stdout.decode().startswith("2 tasks failed alike: 1,3; the first, task 1 failed")
+    assert b"in full" not in r.stderr

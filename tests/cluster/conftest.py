@@ -88,7 +88,9 @@ Skips
 When not root, when apt-get cannot install the packages, or when a service does not come
 up, the fixtures skip with the reason (and other workers of the same run skip with the
 same reason instead of trying again). With ZOTSINK_CLUSTER_REQUIRED=1 in the environment
-they fail instead, for runs where a skip would hide a broken setup.
+they fail instead, for runs where a skip would hide a broken setup. With
+ZOTSINK_SKIP_CLUSTER=1 every test here skips before any fixture runs (no package is
+installed, no cluster brought up), and says so; the two together are a usage error.
 
 The scripts' settings (state dirs, mount points, node and CPU counts) come from their
 ZOTSINK_GLUSTER_*, ZOTSINK_MOOSEFS_*, ZOTSINK_CEPH_* and ZOTSINK_SLURM_* environment
@@ -257,12 +259,33 @@ def pytest_configure(config: pytest.Config) -> None:
     _TIMINGS = config.__dict__.setdefault(TIMINGS_KEY, _TIMINGS)
 
 
+#: Why every cluster test skips when the environment says so.
+SKIP_REASON = "ZOTSINK_SKIP_CLUSTER=1: the cluster tests are skipped (no packages, no clusters)"
+
+
+def _skip_asked() -> bool:
+    """ZOTSINK_SKIP_CLUSTER=1 (never with ZOTSINK_CLUSTER_REQUIRED=1, which CI sets)."""
+    if os.environ.get("ZOTSINK_SKIP_CLUSTER") != "1":
+        return False
+    if os.environ.get("ZOTSINK_CLUSTER_REQUIRED") == "1":
+        raise pytest.UsageError(
+            "ZOTSINK_SKIP_CLUSTER=1 and ZOTSINK_CLUSTER_REQUIRED=1 ask for opposites: "
+            "unset one of them"
+        )
+    return True
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # tryfirst: xdist's worker reads the xdist_group mark in this same hook.
+    skip = _skip_asked()
+    if skip and any(HERE in Path(str(it.path)).resolve().parents for it in items):
+        _TIMINGS.append(f"skipped: {SKIP_REASON}")
     for item in items:
         if HERE not in Path(str(item.path)).resolve().parents:
             continue
+        if skip:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
         if item.get_closest_marker("cluster") is None:
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("xdist_group") is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zotsink import UsageError
+from zotsink import UsageError, ZotsinkWarning
 from zotsink._run.settings import (
     check_news_settings,
     run_settings,
@@ -50,10 +50,32 @@ def test_reconcile_is_what_a_run_goes_on_with() -> None:
     assert given["max_attempts"] == "5"
     assert reconcile(None, mine, path="L", array=True, new_settings=False) == mine
     other = {**mine, "chunk": "5"}
-    with pytest.raises(UsageError, match=r"the ledger L records chunk '10' .* has '5'"):
+    with pytest.raises(UsageError) as refused:
         reconcile(recorded, other, path="L", array=True, new_settings=False)
+    assert str(refused.value) == (
+        "L: tasks ended ok under --chunk 10, and this run has --chunk 5: run as recorded, or "
+        "add --new-settings"
+    )
     got = reconcile(recorded, other, path="L", array=True, new_settings=True)
     assert (got["chunk"], got["base"]) == ("5", "7")  # recorded anew, as this run was called
+    # settings under which no task ended ok bind nobody: the run goes on with its own, and
+    # a warning says so; the ledger is read only when a setting differs
+    asked: list[str] = []
+
+    def ended_ok() -> bool:
+        asked.append("asked")
+        return False
+
+    assert reconcile(recorded, mine, path="L", array=True, new_settings=False, ended_ok=ended_ok)
+    assert asked == []
+    with pytest.warns(ZotsinkWarning) as said:
+        got = reconcile(
+            recorded, other, path="L", array=True, new_settings=False, ended_ok=ended_ok
+        )
+    assert got["chunk"] == "5" and asked == ["asked"]
+    assert [str(w.message) for w in said] == [
+        "L records --chunk 10, under which no task ended ok: this run records its own (--chunk 5)"
+    ]
 
 
 def test_a_relative_call_recorded_by_an_older_release_resolves_here(
@@ -88,7 +110,10 @@ def test_a_run_row_of_another_element_of_the_same_array_job_stops_nothing() -> N
     assert check_news_settings("L", theirs, mine) == (None, False)
     other_job = settings_note({**A, "array_job": "78", "command": "echo --seed 1"})
     why, _ = check_news_settings("L", other_job, mine)
-    assert why is not None and "records command 'echo --seed 1'" in why
+    assert why == (
+        "L: another run recorded -- echo --seed 1 as this run, with -- echo --seed 2, began: "
+        "run again as recorded, or with --new-settings"
+    )
     # the same array job but another format: refused
     why, _ = check_news_settings("L", settings_note({**mine, "format": "csv"}), mine)
-    assert why is not None and "records format 'csv'" in why
+    assert why is not None and "another run recorded --format csv as this run" in why

@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, Literal, Protocol
 
@@ -105,6 +106,10 @@ _FAILING_CODES: Final = frozenset(_CODE[s] for s in FAILING)
 _END_CODES: Final = {s: _CODE[s] for s in ("ok", *FAILING, "interrupted")}
 #: bytes.translate table: 1 for the codes a look must judge, 0 for ok and never
 _UNSETTLED: Final = bytes(0 if c in (_CODE["ok"], _CODE["never"]) else 1 for c in range(256))
+
+
+#: How many of the latest ends a view keeps in order (:meth:`LedgerView.last_ended`).
+RECENT_ENDS: Final = 256
 
 
 class RunRecord:
@@ -191,6 +196,9 @@ class LedgerView:
         self.fails: dict[
             int, tuple[EndItem, float, int, str]
         ] = {}  # not-ok ends: item, time, run, note
+        # the latest ends, with their row's notes: what the last tasks to end say (status's
+        # "failing alike"); kept as they come, read rarely
+        self.recent_ends: deque[tuple[EndItem, dict[str, str]]] = deque(maxlen=RECENT_ENDS)
         self.runs: list[RunRecord] = []
         self.run_index: dict[str, int] = {}
         self.claim_rows: list[tuple[int, str]] = []  # (CRC of their lines, tasks)
@@ -384,6 +392,7 @@ class LedgerView:
                 code = self.code
             status = _END_CODES.get(it.status, _CODE["failed"])
             code[num] = status
+            self.recent_ends.append((it, notes))
             self.seconds[num] = it.seconds / 1e6
             self.procs.pop(num, None)
             if status == _OK:
@@ -616,6 +625,23 @@ class LedgerView:
         keys = self.keys or {}
         top = heapq.nlargest(count, self._ended_seconds(), key=lambda x: x[1])
         return [(n, s, keys.get(n, "")) for n, s in top]
+
+    def last_ended(self, count: int) -> list[tuple[int, str, str, str]]:
+        """The latest ends of the ``count`` tasks (of ``keys``) that ended last, ok or not
+        (``interrupted`` is no verdict), oldest first: number, status, code, note."""
+        seen: set[int] = set()
+        got: list[tuple[int, str, str, str]] = []
+        for it, notes in reversed(self.recent_ends):
+            num = it.num
+            if it.status == "interrupted" or num in seen:
+                continue  # a stop is no verdict on the task
+            if self.keys is not None and num not in self.keys:
+                continue
+            seen.add(num)
+            got.append((num, it.status, it.code, notes.get(f"{num}.{it.attempt}", "")))
+            if len(got) == count:
+                break
+        return got[::-1]
 
     def latest_fail(self, num: int) -> tuple[EndItem, float, int, str] | None:
         """A task's latest end that was not ok: (item, row time, run index, note)."""

@@ -10,17 +10,32 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-if TYPE_CHECKING:  # for annotations only: run imports this module, and status is heavy
-    from .status import FailedTask
-
-__all__ = ["FailureGroup", "alike_key", "failure_tail", "group_failures"]
+__all__ = ["FailedTask", "FailureGroup", "alike_key", "end_key", "failure_tail", "group_failures"]
 
 #: The first line of a Python traceback, and of each chained one.
 TRACEBACK: Final = "Traceback (most recent call last):"
 _FRAME: Final = re.compile(r'^\s+File "')
 _NUMBER: Final = re.compile(r"\d+")
+
+
+class FailedTask(NamedTuple):
+    """A task whose latest attempt failed, was killed or timed out (given up, too), with
+    the last lines that attempt wrote to stderr."""
+
+    tasknum: int
+    line: str  # the task's line
+    state: str  # failed, killed, timeout or given-up
+    status: str  # the end row's: failed, killed or timeout
+    attempt: int
+    exit: str  # the exit code, "" when a signal ended it
+    signal: str
+    seconds: float | None
+    stderr: list[str]  # its last lines in the log, oldest first
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
 
 
 class FailureGroup(NamedTuple):
@@ -59,6 +74,13 @@ def alike_key(state: str, last_line: str, task_line: str) -> tuple[str, str]:
     if task_line.strip():
         line = line.replace(task_line, "#")
     return state, _NUMBER.sub("#", line)
+
+
+def end_key(status: str, code: str, note: str, task_line: str = "") -> tuple[str, str]:
+    """:func:`alike_key` of a task's end, which the ledger keeps without stderr: its exit
+    code or signal and its note stand for the last line (a ``--call`` task's note names its
+    exception)."""
+    return alike_key(status, f"{code}/{note}", task_line)
 
 
 def _alike(task: FailedTask) -> tuple[str, str]:

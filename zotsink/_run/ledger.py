@@ -353,7 +353,7 @@ class Ledger:
                     self.tasks,
                     start,
                     more,
-                    skip=self._taken,
+                    skip=self.claimed_by_name,
                     closed_lines=want.closed_lines,
                 )
                 tasks.extend((t, 1, False) for t in got)
@@ -373,7 +373,7 @@ class Ledger:
         rows.append(make_row("claim", now, self.run_id, [items, f"{crc:x}"], state))
         return state
 
-    def _taken(self, num: int) -> bool:
+    def claimed_by_name(self, num: int) -> bool:
         """Whether a line the cursor reaches was claimed by name since (its history lives
         in the view: a chunk's, a migrated ledger's)."""
         view = self.view

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from .._ledger.view import LedgerView
 from ..errors import ZotsinkError
 from .alive import Judge
 from .events import Looked
@@ -123,10 +124,17 @@ class Looker:
         if self.rerun and self.scope is None:
             free.update(self._rerun(view, self.ledger.cursor.next))
         found: list[tuple[Task, int, bool, bool, int]] = []
+        failures = view.failures
         if free:
             lines = self.scope if self.scope is not None else lines_of(self.tasks, free)
             found = [
-                (Task(n, lines[n]), a, n in self.fresh and a > 1, n in taken, view.failures[n])
+                (
+                    Task(n, lines[n]),
+                    a,
+                    n in self.fresh and a > 1,
+                    n in taken,
+                    failures[n] if n < len(failures) else 0,
+                )
                 for n, a in sorted(free.items())
                 if n in lines
             ]
@@ -141,7 +149,7 @@ class Looker:
             unknown=unknown,
         )
 
-    def verify(self, view: object) -> None:
+    def verify(self, view: LedgerView) -> None:
         """A chunk's lines checked against what its tasks' claims named (the list may have
         been edited since): the history of another line says nothing of this one."""
         scope = self.scope
@@ -149,26 +157,26 @@ class Looker:
             return
         nums = list(scope)
         lines = dict(scope)
-        others = view.row_tasks(nums) - lines.keys()  # type: ignore[attr-defined]
+        others = view.row_tasks(nums) - lines.keys()
         if others:
             lines.update(lines_of(self.tasks, others))
-        self.fresh = view.verify(lines, nums)  # type: ignore[attr-defined]
+        self.fresh = view.verify(lines, nums)
 
-    def _resubmitted(self, view: object, num: int) -> bool:
+    def _resubmitted(self, view: LedgerView, num: int) -> bool:
         """Whether a failed task failed before this run began (it runs again here), not in
         a run of the same array meanwhile (whose own ``--retries`` say)."""
-        got = view.latest_fail(num)  # type: ignore[attr-defined]
+        got = view.latest_fail(num)
         return got is not None and got[1] < self.began
 
-    def _rerun(self, view: object, upto: int) -> dict[int, int]:
+    def _rerun(self, view: LedgerView, upto: int) -> dict[int, int]:
         """``--rerun``: tasks ok before this run began, once each."""
         out: dict[int, int] = {}
-        code = view.code  # type: ignore[attr-defined]
+        code = view.code
         for num in range(1, min(upto, len(code))):
-            if num in self._rerun_done or view.state(num) != "ok":  # type: ignore[attr-defined]
+            if num in self._rerun_done or view.state(num) != "ok":
                 continue
             self._rerun_done.add(num)
-            out[num] = view.attempt[num] + 1  # type: ignore[attr-defined]
+            out[num] = view.attempt[num] + 1
         return out
 
     def _grew(self, closed_lines: int | None) -> bool:

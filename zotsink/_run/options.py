@@ -8,6 +8,7 @@ steps of a run (:mod:`zotsink._run.runner`) read only the checked options.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -19,6 +20,7 @@ from .._core.outcheck import check_side_file
 from .._core.stop import Stopper
 from ..errors import UsageError
 from .alive import job_end
+from .frames import names_file
 from .state import Progress
 from .worker import call_spec, function_spec
 
@@ -32,6 +34,23 @@ def _check_runchecked_options(retries: int, grace: float, task_timeout: float | 
     check_seconds("grace", grace, MAX_TIMEOUT)
     if task_timeout is not None and check_seconds("task_timeout", task_timeout, MAX_TIMEOUT) == 0:
         raise UsageError("task_timeout (--task-timeout) must be more than 0 seconds, not 0")
+
+
+def _call_shaped(command: Sequence[str]) -> bool:
+    """Whether CMD is one argument shaped as ``--call`` takes it, ``FILE.py:FUNC`` (a file
+    that exists) or ``package.module:FUNC``, and no command of that name is on PATH: the
+    ``--call`` forgotten. Run as a command it would fail every task, and record a command
+    in the ledger that was never meant."""
+    if len(command) != 1:
+        return False
+    where, sep, name = command[0].rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        return False
+    if names_file(where):
+        shaped = where.endswith(".py") and os.path.isfile(where)
+    else:
+        shaped = all(part.isidentifier() for part in where.split("."))
+    return shaped and shutil.which(command[0]) is None
 
 
 def _jobs(jobs: int | str, env: Mapping[str, str]) -> int:
@@ -124,6 +143,11 @@ def checked_options(
         raise UsageError("--deadline and --task-time apply to --pull runs: give --pull")
     if pull and index is not None:
         raise UsageError("--pull takes the next tasks of the whole list: give no --index")
+    if pull and (chunk != 1 or base != 1):
+        raise UsageError(
+            "--pull takes the tasks of the whole list a block at a time, each block sized by "
+            "the run's own rate: give no --chunk (nor --base)"
+        )
     if idle is not None:
         check_seconds("idle", idle, MAX_TIMEOUT)
     if task_time is not None:
@@ -145,6 +169,11 @@ def checked_options(
         raise UsageError(
             "give the command to run after --, --call FILE.py:FUNC, or --shell for a list "
             "of commands"
+        )
+    elif not shell and _call_shaped(command):
+        raise UsageError(
+            f"CMD {command[0]} is a Python function's name, not a command: did you mean "
+            f"--call {command[0]}?"
         )
     _check_runchecked_options(retries, grace, task_timeout)
     if max_attempts is not None and (

@@ -14,7 +14,7 @@ import os
 import select
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from .._arrays import chunk_range
 from .._core.fileio import open_regular
@@ -33,7 +33,7 @@ from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, SCHEDULER_WAIT, Judge, proc_start, run_mark
 from .calls import Calls, signame
 from .commands import Commands
-from .failures import alike_key
+from .failures import end_key
 from .halting import Halting, systematic
 from .ledger import Ledger
 from .look import Looker
@@ -41,9 +41,10 @@ from .options import RunOptions, checked_options
 from .output import Output
 from .pool import Pool
 from .queue import Candidate, Mode, TaskQueue
-from .settings import reconcile, recorded_max_attempts, run_settings
+from .settings import ended_ok_since_settings, reconcile, recorded_max_attempts, run_settings
 from .state import Plan, Progress, RunState
-from .tasks import Task, read_tasks
+from .status import TO_RUN
+from .tasks import Task, read_tasks, task_lines
 from .worker import refuse_nested_run
 
 #: Seconds a --call worker may take to load the function without --task-timeout (an
@@ -80,6 +81,13 @@ class RunReport(NamedTuple):
     idled_out: bool = False  # a followed list gave nothing for --idle seconds
     stopped_by_row: bool = False  # `zotsink stop` told it to claim nothing more
     passed: tuple[int, ...] = ()  # lines of the list with a NUL byte: no task
+    # tasks it was to run that wait for a run with no verdict as it ends, held by no run
+    # that lives: never begun, lost, interrupted (a stop, a signal, a halt or a deadline
+    # leaves tasks on purpose, and says so)
+    left: tuple[int, ...] = ()
+    # after `zotsink stop`: its chunk's tasks, or the list's for a pull run, that wait for
+    # a run (not ok, not given up, not running)
+    to_run: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -175,8 +183,9 @@ def run_tasks(
     ``task_time`` seconds, else the mean so far) to end after it.
 
     The ledger records the settings (:func:`~zotsink._run.settings.run_settings`); a run
-    whose settings differ from the recorded ones raises :class:`UsageError` before any task
-    starts, unless ``new_settings`` (:func:`~zotsink._run.settings.reconcile`).
+    whose settings differ from the recorded ones, under which a task ended ok, raises
+    :class:`UsageError` before any task starts, unless ``new_settings``
+    (:func:`~zotsink._run.settings.reconcile`).
     ``max_attempts`` (else the recorded one): a task whose failed, killed
     or timed-out attempts reached it is ``given-up`` and not started again.
 
@@ -244,7 +253,7 @@ def _run(o: RunOptions) -> RunReport:
     try:
         judge = Judge(wait=SCHEDULER_WAIT)
         view = ledger.open(judge)
-        max_attempts = _settings(o, fmt, ledger, view.settings)
+        max_attempts = _settings(o, fmt, ledger, view)
     except BaseException:
         ledger.close()
         raise
@@ -278,19 +287,54 @@ def _run(o: RunOptions) -> RunReport:
         pool.loop()
     finally:
         pool.close()
+    with contextlib.suppress(ZotsinkError):
+        ledger.look()
     if scope is None:
         # a pull run's share of the whole list: every task some run claimed by the end,
         # and those ok when it began
-        with contextlib.suppress(ZotsinkError):
-            ledger.look()
         selected = max(view.known(), queue.total)
         queue.settle_chunk(min(ok_before, selected), (), 0)
-    return _report(o, selected, queue, pool, ledger, max_attempts)
+    left, to_run = _left(o, ledger, scope, max_attempts, pool.state)
+    return _report(o, selected, queue, pool, ledger, max_attempts, left, to_run)
 
 
-def _settings(
-    o: RunOptions, fmt: str, ledger: Ledger, recorded: dict[str, str] | None
-) -> int | None:
+def _left(
+    o: RunOptions,
+    ledger: Ledger,
+    scope: Mapping[int, str] | None,
+    max_attempts: int | None,
+    state: RunState,
+) -> tuple[tuple[int, ...], int | None]:
+    """What a run leaves as it ends. After ``zotsink stop``: how many tasks of its chunk,
+    or of the whole list for a pull run, wait for a run (a stop leaves them on purpose).
+    Else the tasks it was to run that wait for a run with no verdict (never begun, lost,
+    interrupted) and that no run holds that lives (or that nothing can tell of): its
+    chunk's, or, for a pull run that was not told to end early, every task some run
+    claimed (a dead run's it should have taken over); a run cut short by a signal, a
+    halt or its deadline says so itself."""
+    view = ledger.view
+    judge = Judge(wait=SCHEDULER_WAIT)
+    if state.stopped_by_row:
+        keys = scope if scope is not None else task_lines(o.tasks)[0]
+        view.settle(judge, max_attempts=max_attempts, nums=keys)
+        return (), sum(1 for n in keys if view.state(n) in TO_RUN)
+    if o.stopper is not None and o.stopper.signum is not None:
+        return (), None
+    if state.halted is not None or state.queue.out_of_time:
+        return (), None
+    if scope is not None:
+        nums = [n for n in scope if view.state(n) != "ok"]
+    else:
+        nums = view.unsettled(ledger.cursor.next)
+    view.settle(judge, max_attempts=max_attempts, nums=nums)
+    return tuple(sorted(n for n in nums if view.state(n) in _NO_VERDICT)), None
+
+
+#: The states of a task no run gave a verdict on and none runs: it waits for a run.
+_NO_VERDICT: Final = frozenset({"never", "lost", "interrupted"})
+
+
+def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int | None:
     """This run's settings, checked against the ledger's recorded ones (see
     :func:`~zotsink._run.settings.reconcile`) and given to the ledger; the max_attempts that
     applies (given, else recorded)."""
@@ -320,12 +364,15 @@ def _settings(
         # chunked and pull runs share a ledger: pull is not compared, only recorded (for
         # status and missing), and each task runs once either way
         settings["pull"] = "follow" if o.follow else "yes"
+    recorded = view.settings
     settings = reconcile(
         recorded,
         settings,
         path=o.ledger_path,
         array=o.index is not None,
         new_settings=o.new_settings,
+        # settings under which no task ended ok bind nobody (a typo in a first run)
+        ended_ok=lambda: ended_ok_since_settings(view),
     )
     ledger.record(settings, recorded)
     return recorded_max_attempts(settings)
@@ -373,7 +420,7 @@ def _recent_ends(path: str) -> list[tuple[str, object]]:
         for it in parse_end_items(row.fields["items"]):
             latest.pop(it.num, None)  # its latest end, in the order it came
             note = notes.get(f"{it.num}.{it.attempt}", "")
-            latest[it.num] = (it.status, alike_key(it.status, f"{it.code}/{note}", "")[1])
+            latest[it.num] = (it.status, end_key(it.status, it.code, note)[1])
     return list(latest.values())
 
 
@@ -465,6 +512,8 @@ def _report(
     pool: Pool,
     ledger: Ledger,
     max_attempts: int | None,
+    left: tuple[int, ...],
+    to_run: int | None,
 ) -> RunReport:
     state = pool.state
     out, lg, bk = pool.output.out.outcome(), pool.output.log.outcome(), ledger.outcome()
@@ -493,4 +542,6 @@ def _report(
         idled_out=state.idled_out,
         stopped_by_row=state.stopped_by_row,
         passed=tuple(state.passed),
+        left=left,
+        to_run=to_run,
     )

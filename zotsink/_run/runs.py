@@ -14,6 +14,7 @@ they live.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Final, NamedTuple
 
 from .._ledger.control import Control
@@ -46,6 +47,9 @@ class RunInfo(NamedTuple):
     alive: bool | None  # None: nobody can tell (another host, no scheduler answer)
     stopping: bool  # a stop row came after it began
     claimed: int = 0  # tasks it claimed and has not begun
+    # seconds since its latest row, when no task of it runs (a run that follows its list
+    # and waits for lines, or waits on other runs' tasks); None while one runs
+    idle: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -95,6 +99,7 @@ def live_runs(view: LedgerView, judge: Any, *, recent: int = RECENT_RUNS) -> Liv
     live: list[RunInfo] = []
     unknown: list[RunInfo] = []
     control = view.control
+    now = time.time()
     for r in sorted((view.runs[i] for i in asked), key=lambda r: r.first_at):
         alive = judge.run_alive(r)
         claimed, running = held.get(r.index, (0, 0))
@@ -113,6 +118,7 @@ def live_runs(view: LedgerView, judge: Any, *, recent: int = RECENT_RUNS) -> Liv
             alive=alive,
             stopping=r.first_at < control.stop_at,
             claimed=claimed,
+            idle=None if running else max(0.0, now - r.last_time),
         )
         if alive:
             live.append(info)

@@ -3,28 +3,36 @@
 A ``run`` row (task number 0, no key) of the ledger records a run's settings: a JSON object
 of text values in ``note`` (:func:`run_settings` makes them, :func:`settings_note` writes
 them, :func:`settings_of` reads them). The latest one counts. A resubmission must be called
-as the recorded run was (:data:`COMPARED_SETTINGS`); :func:`reconcile` is what a run makes
-of the recorded settings before it starts, and :func:`check_news_settings` what it makes of
-a ``run`` row another run appends meanwhile. ``status`` and ``missing --ledger`` count
-array indices in the recorded chunk and base (:func:`recorded_array`).
+as the recorded run was (:data:`COMPARED_SETTINGS`) once a task ended ok under those
+settings: records made under two calls must not mix in one OUT. Settings under which no task
+ended ok (a first run with a typo, every task failed) bind nobody: the next run records its
+own. :func:`reconcile` is what a run makes of the recorded settings before it starts
+(:func:`ended_ok_since_settings` tells it whether they bind), and
+:func:`check_news_settings` what it makes of a ``run`` row another run appends meanwhile.
+``status`` and ``missing --ledger`` count array indices in the recorded chunk and base
+(:func:`recorded_array`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from ..errors import InputError, UsageError
+from .._ledger.view import LedgerView
+from ..errors import InputError, UsageError, ZotsinkWarning
 from .worker import resolved_call
 
 __all__ = [
     "COMPARED_SETTINGS",
     "check_news_settings",
+    "ended_ok_since_settings",
     "reconcile",
     "recorded_array",
     "recorded_max_attempts",
     "run_settings",
+    "setting_text",
     "settings_conflict",
     "settings_message",
     "settings_note",
@@ -130,16 +138,34 @@ def settings_conflict(
     return None
 
 
-def settings_message(path: str, name: str, old: str, new: str) -> str:
-    """Why a run whose setting ``name`` differs from the ledger's is refused, and the ways on."""
-    how = {"command": "command", "call": "--call", "format": "--format (or OUT's name)"}
-    option = how.get(name, f"--{name}")
+def setting_text(name: str, settings: Mapping[str, str]) -> str:
+    """Setting ``name`` of ``settings`` as the command line gives it: ``--chunk 20``, ``no
+    --stamp``; the command and the call as what runs the tasks (``--call F``, ``-- CMD``,
+    ``--shell``), whichever of the two differs."""
+    if name in ("command", "call"):
+        call = settings.get("call", "")
+        if call:
+            where, _, func = call.rpartition(":")
+            # the recorded spec is the file's real path: shown as the user would give it
+            here = os.path.relpath(where) if os.path.isabs(where) else where
+            return f"--call {here if not here.startswith('..') else where}:{func}"
+        command = settings.get("command", "")
+        if command == "--shell":
+            return "--shell"
+        return f"-- {command}" if command else "no command"
+    value = settings.get(name, "")
+    option = "--format" if name == "format" else f"--{name}"
+    return f"{option} {value}" if value else f"no {option}"
+
+
+def settings_message(
+    path: str, name: str, recorded: Mapping[str, str], new: Mapping[str, str]
+) -> str:
+    """Why a run whose setting ``name`` differs from the binding ones recorded in the ledger
+    at ``path`` is refused, and the ways on: one line."""
     return (
-        f"the ledger {path} records {name} {old or '(none)'!r} for this run's tasks, and "
-        f"this run has {new or '(none)'!r}: a resubmission must be called as the run was. "
-        f"Run with the recorded {option} (`zotsink status TASKS --ledger {path} --json` "
-        "shows every recorded setting), or give a new OUT or --ledger for a new run, or add "
-        "--new-settings to record this run's settings and go on with the tasks not ok yet"
+        f"{path}: tasks ended ok under {setting_text(name, recorded)}, and this run has "
+        f"{setting_text(name, new)}: run as recorded, or add --new-settings"
     )
 
 
@@ -156,6 +182,7 @@ def reconcile(
     path: str,
     array: bool,
     new_settings: bool,
+    ended_ok: bool | Callable[[], bool] = True,
 ) -> dict[str, str]:
     """The settings a run goes on with, given the ledger's latest (``recorded``; None: no
     run recorded any) and its own (:func:`run_settings`; ``array``: it has an array index).
@@ -163,8 +190,11 @@ def reconcile(
     The array's chunk and base stay on record (for ``missing --array``) through a run of
     every task, and the base through a part of a split resubmission; a ``max_attempts``
     the run was not given is the recorded one, so the limit holds across resubmissions
-    that do not repeat it. Raises :class:`UsageError` (:func:`settings_message`) when a
-    setting of :data:`COMPARED_SETTINGS` differs, unless ``new_settings``.
+    that do not repeat it. When a setting of :data:`COMPARED_SETTINGS` differs: raises
+    :class:`UsageError` (:func:`settings_message`), unless ``new_settings``, or unless
+    ``ended_ok`` says no task ended ok under the recorded settings (a callable is asked
+    only then: it reads the ledger, see :func:`ended_ok_since_settings`); then the run goes
+    on with its own, and a :class:`ZotsinkWarning` says so.
     """
     out = dict(settings)
     if recorded is None:
@@ -175,9 +205,42 @@ def reconcile(
         limit = recorded_max_attempts(recorded)
         out["max_attempts"] = "" if limit is None else str(limit)
     differ = settings_conflict(recorded, out)
-    if differ is not None and not new_settings and not _element_command(recorded, out):
-        raise UsageError(settings_message(path, *differ), path=path)
+    if differ is None or new_settings or _alike(recorded, out):
+        return out
+    name = differ[0]
+    if ended_ok() if callable(ended_ok) else ended_ok:
+        raise UsageError(settings_message(path, name, recorded, out), path=path)
+    warnings.warn(
+        ZotsinkWarning(
+            f"{path} records {setting_text(name, recorded)}, under which no task ended ok: "
+            f"this run records its own ({setting_text(name, out)})"
+        ),
+        stacklevel=2,
+    )
     return out
+
+
+def ended_ok_since_settings(view: LedgerView) -> bool:
+    """Whether a task ended ok under the settings the ledger (folded in ``view``) records
+    last: in a run that began under them, that is, at or after the first ``run`` row of an
+    unbroken line of rows recording them (or settings that differ from them only as
+    elements of one array job may; a run row of no settings found them recorded). A run
+    begun before keeps its own settings, and its ends say nothing of these."""
+    latest = view.settings
+    if latest is None:
+        return False
+    first = len(view.runs)
+    for run in reversed(view.runs):
+        if run.settings is not None:
+            if not _alike(latest, run.settings):
+                break
+            first = run.index
+    return any(run.ok for run in view.runs[first:])
+
+
+def _alike(recorded: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    """Whether ``new`` records the settings ``recorded`` did, as a resubmission must."""
+    return settings_conflict(recorded, new) is None or _element_command(recorded, new)
 
 
 def check_news_settings(
@@ -191,7 +254,12 @@ def check_news_settings(
         return None, False
     differ = settings_conflict(recorded, settings)
     if differ is not None and not _element_command(recorded, settings):
-        return settings_message(path, *differ), False
+        name = differ[0]
+        return (
+            f"{path}: another run recorded {setting_text(name, recorded)} as this run, with "
+            f"{setting_text(name, settings)}, began: run again as recorded, or with "
+            "--new-settings"
+        ), False
     return None, recorded == dict(settings)
 
 

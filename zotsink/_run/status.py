@@ -16,13 +16,16 @@ from .._ledger.read import Snapshot
 from .._ledger.view import FAILING, STATES, LedgerView
 from ..errors import UsageError
 from .alive import SCHEDULER_WAIT, Judge, forget_jobs, job_alive, scheduler_wait
+from .failures import FailedTask, end_key
+from .halting import WINDOW_MIN, systematic
 from .logline import log_lines
 from .runs import LiveRuns, live_runs
 from .settings import recorded_array, recorded_max_attempts
 from .tasks import Task, task_lines
 
 __all__ = [
-    "FailedTask",
+    "TO_RUN",
+    "FailingAlike",
     "LedgerMissing",
     "StatusReport",
     "failed_tasks",
@@ -36,6 +39,19 @@ __all__ = [
     "task_status",
     "tasks_in",
 ]
+
+
+class FailingAlike(NamedTuple):
+    """The last tasks to end all failed alike (the same status, exit or signal): what a run
+    halts on, and what a submission as it is would do to the tasks left."""
+
+    tasks: int  # how many of the last to end (every task that ended, when fewer)
+    status: str  # failed, killed or timeout
+    exit: str  # the last one's exit code ("" when a signal ended it)
+    signal: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
 
 
 class StatusReport(NamedTuple):
@@ -67,10 +83,33 @@ class StatusReport(NamedTuple):
     unknown: frozenset[int] = frozenset()
     # the scheduler's jobs that ran tasks of the ledger (CLUSTER:JOB where it names one)
     jobs: tuple[str, ...] = ()
+    # a --follow ledger: its runs take the lines added to the task list while they live
+    follow: bool = False
+    # the last tasks to end all failed alike: fix the cause before submitting (None: not so)
+    failing: FailingAlike | None = None
 
     @property
     def all_ok(self) -> bool:
         return self.counts["ok"] == self.total
+
+    @property
+    def takers(self) -> int:
+        """Live runs of a ``--pull`` ledger that will take the tasks left: neither stopping
+        nor halting (a run whose tasks all failed alike halts). A chunked run takes only
+        its chunk's."""
+        if self.runs is None or self.failing is not None or not self.pull:
+            return 0
+        return sum(not r.stopping for r in self.runs.live)
+
+    @property
+    def submit(self) -> int:
+        """How many more elements of a ``--pull`` job to submit for the tasks left: as many
+        as ran before, never more than tasks are left; none while live runs take them, and
+        none while the last tasks to end failed alike (the cause wants fixing first)."""
+        left = self.to_run
+        if not self.pull or not left or self.takers or self.failing is not None:
+            return 0
+        return min(left, max(self.runs_seen, 1))
 
     @property
     def settled(self) -> bool:
@@ -96,8 +135,12 @@ class StatusReport(NamedTuple):
             "scheduler": self.scheduler,
             "runs": None if self.runs is None else self.runs.to_dict(),
             "pull": self.pull,
+            "follow": self.follow,
             "unknown": array_spec(self.unknown),
             "jobs": list(self.jobs),
+            "failing_alike": None if self.failing is None else self.failing.to_dict(),
+            "takers": self.takers,
+            "submit": self.submit,
         }
 
     def _nums(self) -> Iterable[int]:
@@ -106,7 +149,7 @@ class StatusReport(NamedTuple):
     @property
     def to_run(self) -> int:
         """How many tasks wait for a run: not ok, not given up, not running."""
-        return sum(n for state, n in self.counts.items() if state in _TO_RUN)
+        return sum(n for state, n in self.counts.items() if state in TO_RUN)
 
     def given_up(self) -> list[int]:
         """The tasks given up (see ``--max-attempts``)."""
@@ -118,12 +161,12 @@ class StatusReport(NamedTuple):
         return array_spec(
             chunk_of(n, self.chunk, self.base)
             for n in self._nums()
-            if _state(self.states, n) in _TO_RUN
+            if _state(self.states, n) in TO_RUN
         )
 
 
 #: The states of a task that waits for a run (what ``status --waiting`` asks).
-_TO_RUN = frozenset(STATES) - {"ok", "given-up", "running", "claimed"}
+TO_RUN = frozenset(STATES) - {"ok", "given-up", "running", "claimed"}
 
 
 def _state(states: LedgerView, num: int) -> str:
@@ -219,8 +262,9 @@ def task_status(
         # Runs without a scheduler (no job id) that are all gone leave nothing to wait
         # for; a job the scheduler cannot answer about may still start tasks.
         waiting = not view.runs or (
-            counts["never"] > 0 and any(job_alive(_element(j)) is not False for j in jobs)
+            counts["never"] > 0 and any(job_alive(j) is not False for j in jobs)
         )
+        pull = (view.settings or {}).get("pull", "")
         runs = live_runs(view, Judge(wait=None))
     total = len(view.keys or ())
     first, last = view.first_time, view.last_time
@@ -245,17 +289,37 @@ def task_status(
         waiting=waiting,
         scheduler=f"no answer in {wait_scheduler:g} s" if late else None,
         runs=runs,
-        pull=bool((view.settings or {}).get("pull")),
+        pull=bool(pull),
         runs_seen=len(view.runs),
         unknown=frozenset(view.unknown),
         jobs=tuple(jobs),
+        follow=pull == "follow",
+        failing=failing_alike(view, counts),
     )
 
 
-def _element(job: str) -> str:
-    """A ledger's job id as the scheduler knows it (its cluster left out: asked of this
-    one's)."""
-    return job.rpartition(":")[2]
+def failing_alike(view: LedgerView, counts: Mapping[str, int]) -> FailingAlike | None:
+    """Whether the last tasks to end all failed alike, as a run halts on them (see
+    :mod:`~zotsink._run.halting`): the last :data:`~zotsink._run.halting.WINDOW_MIN` of them,
+    or every task of the list, when each ran and fewer ended. Read only when tasks failed
+    and some wait for a run."""
+    failed = sum(counts[state] for state in (*FAILING, "given-up"))
+    if not failed or not sum(counts[state] for state in TO_RUN):
+        return None
+    last_ends = view.last_ended(WINDOW_MIN)
+    keys = view.keys or {}
+    ends = [(s, end_key(s, code, note, keys.get(n, ""))) for n, s, code, note in last_ends]
+    if len(ends) < WINDOW_MIN:
+        # fewer ended: alike only when every task ended, each failing as the others did
+        unjudged = ("never", "running", "claimed", "lost", "interrupted")
+        every = bool(ends) and not any(counts[s] for s in unjudged)
+        if not every or len(set(ends)) > 1 or ends[0][0] not in FAILING:
+            return None
+    elif not systematic(ends, 1):
+        return None
+    _n, status, code, _note = last_ends[-1]
+    signal = code if code.startswith("SIG") else ""
+    return FailingAlike(len(ends), status, "" if signal else code, signal)
 
 
 def parse_states(spec: str | Iterable[str] | None) -> frozenset[str]:
@@ -386,24 +450,6 @@ def resubmit_specs(
         lock=lock,
         timeout=timeout,
     ).specs
-
-
-class FailedTask(NamedTuple):
-    """A task whose latest attempt failed, was killed or timed out (given up, too), with
-    the last lines that attempt wrote to stderr."""
-
-    tasknum: int
-    line: str  # the task's line
-    state: str  # failed, killed, timeout or given-up
-    status: str  # the end row's: failed, killed or timeout
-    attempt: int
-    exit: str  # the exit code, "" when a signal ended it
-    signal: str
-    seconds: float | None
-    stderr: list[str]  # its last lines in the log, oldest first
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
 
 
 #: Bytes of a log line kept for the report: the head says what went wrong.

@@ -49,6 +49,9 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
 )
 #: An unexpected internal failure (sysexits EX_SOFTWARE).
 EXIT_INTERNAL: Final = 70
+#: A run that ended with tasks of its own waiting for a run (none ran them, none runs them:
+#: stopped, out of time, a dead run's tasks it could not take), and no task failed.
+EXIT_LEFT: Final = 3
 
 FORMAT_CHOICES: Final = ("auto", *FORMATS)
 CONTEXT: Final = {"help_option_names": ["-h", "--help"]}

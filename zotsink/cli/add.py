@@ -27,10 +27,13 @@ def add_cmd(
     never mix their lines, and runs reading TASKS (`zotsink run --follow`) see
     whole lines only. Prints the task numbers the lines got (task N is line N):
     `12` for one line, `12-40` for several (they are always consecutive);
-    nothing when no line was given. A blank line, a # comment, a NUL byte or a
-    line over the length limit is refused, and then nothing is added. Nothing
-    is saved elsewhere when TASKS cannot be written: add the lines again.
-    Exit codes: 0 added, 1 a line refused, 2 usage, 74 I/O error, 75 lock timeout.
+    nothing when no line was given. Blank lines and # comments, which a task
+    list never runs, are left out (a warning counts them); given nothing else,
+    it is an error. A line with a NUL byte or over the length limit is refused,
+    and then nothing is added. Nothing is saved elsewhere when TASKS cannot be
+    written: add the lines again.
+    Exit codes: 0 added, 1 a line refused (or only blank and # lines), 2 usage,
+    74 I/O error, 75 lock timeout.
     """
     from .. import Stopper, add_tasks
 

@@ -9,6 +9,7 @@ import click
 
 from ._common import (
     CONTEXT,
+    EXIT_LEFT,
     MAX_TIMEOUT,
     Seconds,
     batch_options,
@@ -211,12 +212,14 @@ def run_cmd(
     stderr goes, prefixed by TASKNUM.ATTEMPT, to OUT.log; every start and end to
     OUT.ledger. Tasks already ok there are skipped: resubmit the same script to
     finish what is left (`zotsink status`, `zotsink missing --ledger`). The ledger
-    records the settings; a resubmission called otherwise is refused.
+    records the settings; once a task ended ok under them, a resubmission called
+    otherwise is refused.
 
     \b
     Exit codes: 0 every task ok, 1 a task not ok (or given up) or records
-    refused, 2 usage or settings other than the recorded ones,
-    74 I/O error and 75 lock timeout (records spilled), 128+N after signal N.
+    refused, 2 usage or settings other than the recorded (binding) ones,
+    3 tasks left waiting for a run (named; none failed), 74 I/O error and
+    75 lock timeout (records spilled), 128+N after signal N.
     """
     from .. import Stopper, run_tasks
 
@@ -333,6 +336,11 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         say("tasks left to other runs: they would not end before this job's deadline")
     if r.idled_out:
         say("nothing new to do in the --idle time: the run made way")
+    if r.left:
+        say(
+            f"{_left_text(r.left)} left waiting for a run, none running them: resubmit "
+            f"(`zotsink status {tasks} {out}` shows where they stand)"
+        )
     if r.signal is not None:
         import signal
 
@@ -340,4 +348,19 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
     # a given-up task is not ok either, nor is a run that halted: the job must not look
     # finished
     not_done = r.rejected + len(bad) + r.given_up + (r.halted is not None)
-    return outcome_code(failed or r.error, not_done, r.signal)
+    if r.to_run is not None:
+        # the last line: what the stop left (a job script's log ends with it)
+        say(f"stopped by `zotsink stop`: {counted(r.to_run, 'task')} left to run")
+    code = outcome_code(failed or r.error, not_done, r.signal)
+    if code == 0 and r.left:
+        return EXIT_LEFT  # no task failed, and some were left: not finished either
+    return code
+
+
+def _left_text(left: tuple[int, ...]) -> str:
+    """The tasks a run left waiting, named: ``3 tasks (3,7-8)``."""
+    from .. import array_spec
+
+    spec = array_spec(left)
+    shown = spec if len(spec) <= 60 else spec[: spec.rfind(",", 0, 60)] + ",..."
+    return f"{counted(len(left), 'task')} ({shown})"

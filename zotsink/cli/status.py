@@ -200,7 +200,7 @@ def status_cmd(
         elif show_all:
             _print_failed(found)
         else:
-            _print_groups(groups)
+            _print_groups(groups, _spec_in_full(tasks, path, out, report.pull))
         if html_path is not None:
             _write_page(html_path, tasks, path, report, groups, lock, timeout)
     if by is not None:
@@ -243,7 +243,8 @@ def status_lines(report: StatusReport) -> list[str]:
 
         line = f"rate {rate_text(report.rate)}"
         if report.eta is not None and not report.all_ok:
-            line += f", ETA {_duration(report.eta)} for the {report.total - c['ok']} left"
+            left = counted(report.total - c["ok"], "task")
+            line += f", ETA {_duration(report.eta)} for the {left} left"
         lines.append(line)
     for num, secs, key in report.slowest:
         # slow against the typical task: the longest of alike tasks are no news
@@ -258,52 +259,81 @@ def status_lines(report: StatusReport) -> list[str]:
             "(their tasks as running)"
         )
     if report.runs is not None:
-        lines += runs_lines(report.runs)
+        lines += runs_lines(report.runs, follow=report.follow)
     if c["given-up"]:
         from .. import array_spec
 
         lines.append(
-            f"given up (failed {report.max_attempts} times): {array_spec(report.given_up())}; "
-            "a run with a higher --max-attempts gives them another chance"
+            f"given up (failed {counted(report.max_attempts or 0, 'time')}): "
+            f"{array_spec(report.given_up())}; a run with a higher --max-attempts gives "
+            "them another chance"
         )
-    if report.pull and not report.all_ok:
-        left = report.to_run
-        if left:
-            more = min(left, max(report.runs_seen, 1))
-            lines.append(
-                f"to run again: {left} tasks left; submit up to {more} "
-                "more elements of the --pull job (any element takes any task)"
-            )
-    elif report.settings is not None and "chunk" in report.settings and not report.all_ok:
+    if not report.all_ok:
+        lines += _next_lines(report)
+    return lines
+
+
+def _next_lines(report: StatusReport) -> list[str]:
+    """What to do about the tasks left: fix first, let the live runs take them, or submit."""
+    left = report.to_run
+    if not left:
+        return []
+    tasks = counted(left, "task")
+    failing = report.failing
+    if failing is not None:
+        n = failing.tasks
+        if n == report.total:  # every task of the list ended, alike
+            which = "the only task ended" if n == 1 else f"all {n} tasks ended alike"
+        else:
+            which = f"the last {n} tasks to end ended alike"
+        how = f", exit {failing.exit}" if failing.exit else ""
+        how += f", signal {failing.signal}" if failing.signal else ""
+        return [
+            f"to run again: {tasks} left; fix first: {which} ({failing.status}{how}); "
+            "`zotsink status --failed` shows why"
+        ]
+    if report.takers:
+        takes = "takes" if report.takers == 1 else "take"
+        return [f"to run: {tasks} left; {counted(report.takers, 'live run')} {takes} them"]
+    if report.pull:
+        return [
+            f"to run again: {tasks} left; submit up to "
+            f"{counted(report.submit, 'more element')} of the --pull job (any element takes "
+            "any task)"
+        ]
+    if report.settings is not None and "chunk" in report.settings:
         spec = report.resubmit()
         if spec:
-            lines.append(
+            return [
                 f"to run again: array indices {spec} (--chunk {report.chunk} --base "
                 f"{report.base}); resubmit them when nothing runs"
-            )
-    return lines
+            ]
+    return []
 
 
 #: Live runs named one by one; more are counted.
 RUNS_SHOWN: Final = 10
 
 
-def runs_lines(runs: LiveRuns) -> list[str]:
-    """The live runs, the task list closed or not, a stop being obeyed: in words."""
+def runs_lines(runs: LiveRuns, *, follow: bool = False) -> list[str]:
+    """The live runs, the task list closed or not, a stop being obeyed: in words.
+    ``follow``: the runs follow the task list (``--follow``), so whether it is open says
+    what they do next."""
     from .. import rate_text
 
     ctl = runs.control
     lines = []
     if ctl.closed:
-        at = "" if ctl.closed_lines is None else f" at {ctl.closed_lines} lines"
+        at = "" if ctl.closed_lines is None else f" at {counted(ctl.closed_lines, 'line')}"
         lines.append(f"task list closed{at} ({ctl.closed_time}): no more lines will come")
-    elif runs.live or runs.stopping:
+    elif follow and runs.live:
         lines.append("task list open: runs that follow it wait for new lines")
     if runs.stopping:
         # a stop whose runs all ended is history: --json still has it
+        n = len(runs.stopping)
         lines.append(
-            f"stop at {ctl.stop_time}: {counted(len(runs.stopping), 'run')} finishing "
-            "their tasks, then exiting; runs started since proceed"
+            f"stop at {ctl.stop_time}: {counted(n, 'run')} finishing "
+            f"{'its' if n == 1 else 'their'} tasks, then exiting; runs started since proceed"
         )
     if runs.live:
         lines.append(f"{counted(len(runs.live), 'live run')}:")
@@ -311,14 +341,15 @@ def runs_lines(runs: LiveRuns) -> list[str]:
         where = f"{r.host} pid {r.pid}" + (f" job {r.job}" if r.job else "")
         rate = r.rate
         pace = f", {rate_text(rate)}" if rate else ""
+        doing = f"{r.running} running" if r.idle is None else f"idle {_duration(r.idle)}"
         stop = ", stopping" if r.stopping else ""
-        lines.append(f"  {where}: {r.ok} done, {r.running} running{pace}{stop}")
+        lines.append(f"  {where}: {r.ok} done, {doing}{pace}{stop}")
     if len(runs.live) > RUNS_SHOWN:
         lines.append(f"  ... and {len(runs.live) - RUNS_SHOWN} more (--json lists them)")
     for r in runs.unknown[:RUNS_SHOWN]:
         lines.append(
-            f"run {r.host} pid {r.pid} job {r.job or '-'}: {r.running} task(s) running, and "
-            "nothing here can tell whether it lives (ask its scheduler)"
+            f"run {r.host} pid {r.pid} job {r.job or '-'}: {counted(r.running, 'task')} "
+            "running, and nothing here can tell whether it lives (ask its scheduler)"
         )
     return lines
 
@@ -351,17 +382,20 @@ def _task_head(t: FailedTask) -> str:
     return f"task {t.tasknum} {state} (attempt {t.attempt}, {how}{secs}): {t.line}"
 
 
-def _print_groups(groups: list[FailureGroup]) -> None:
-    """Failures that ended alike once: how many, which tasks, the first one's tail."""
-    from .. import array_spec
-
+def _print_groups(groups: list[FailureGroup], in_full: Callable[[str], str]) -> None:
+    """Failures that ended alike once: how many, which tasks (a long spec cut, and where to
+    get it whole), the first one's tail."""
     out = []
+    cut: list[str] = []  # the states of the groups whose spec was cut
     for g in groups:
         first = g.tasks[0]
         if len(g.tasks) > 1:
+            spec, more = _capped_spec(g.tasknums)
+            if more:
+                spec += f",... ({more} more)"
+                cut.append(g.state)
             out.append(
-                f"{len(g.tasks)} tasks {g.state} alike: {array_spec(g.tasknums)}; the first, "
-                + _task_head(first)
+                f"{len(g.tasks)} tasks {g.state} alike: {spec}; the first, " + _task_head(first)
             )
         else:
             out.append(_task_head(first))
@@ -373,6 +407,47 @@ def _print_groups(groups: list[FailureGroup]) -> None:
             "shows each",
             err=True,
         )
+    if cut:
+        click.echo(
+            f"zotsink: task numbers past the first {SPEC_SHOWN} characters of a spec are "
+            f"counted, not shown; in full: {in_full(','.join(dict.fromkeys(cut)))}",
+            err=True,
+        )
+
+
+#: Characters of a failure group's array spec printed; the tasks past them are counted.
+SPEC_SHOWN: Final = 120
+
+
+def _capped_spec(nums: list[int]) -> tuple[str, int]:
+    """The array spec of ``nums`` cut at a comma within :data:`SPEC_SHOWN` characters, and
+    how many tasks the cut left out (0: whole)."""
+    from .. import array_spec
+
+    spec = array_spec(nums)
+    if len(spec) <= SPEC_SHOWN:
+        return spec, 0
+    head = spec[: spec.rfind(",", 0, SPEC_SHOWN)]
+    shown = 0
+    for part in head.split(","):
+        low, _, high = part.partition("-")
+        shown += int(high or low) - int(low) + 1
+    return head, len(nums) - shown
+
+
+def _spec_in_full(tasks: str, ledger: str, out: str | None, pull: bool) -> Callable[[str], str]:
+    """The command that prints the task numbers of the failed tasks in ``states`` whole:
+    ``missing --array`` in chunks of one task (a --pull ledger's spec is of elements, so
+    there ``status --json``, whose failure groups list them)."""
+    import shlex
+
+    if pull:
+        where = shlex.quote(out) if out is not None else f"--ledger {shlex.quote(ledger)}"
+        return lambda _states: f"`zotsink status {shlex.quote(tasks)} {where} --failed --json`"
+    return lambda states: (
+        f"`zotsink missing {shlex.quote(tasks)} --ledger {shlex.quote(ledger)} --state "
+        f"{states} --array --chunk 1`"
+    )
 
 
 def _write_page(

@@ -7,14 +7,15 @@
 #
 # Its one test is the same as this one line:
 #
-#   zotsink status tasks.txt results.tsv --waiting &&
+#   [ -s tasks.txt ] && zotsink status tasks.txt results.tsv --waiting &&
 #       q=$(squeue -h -u "$USER" -n zotsink-dropbox -o %i) && [ -z "$q" ] &&
 #       sbatch scripts/jobs/dropbox/runner.sbatch
 #
 # `zotsink status --waiting` exits 0 when a task of TASKS is not ok, not given up and not
-# running, 1 when none is. A scheduler that cannot answer (squeue fails) submits nothing:
-# the next cron run asks again. Exit codes: 0 submitted or nothing to do, else the failing
-# command's.
+# running, 1 when none is. An empty dropbox (TASKS absent or empty: no producer has added
+# a line yet) is nothing to do: exit 0, silently, so cron mails nothing. A scheduler that
+# cannot answer (squeue fails) submits nothing: the next cron run asks again. Exit codes:
+# 0 submitted or nothing to do, else the failing command's.
 #
 # Settings (environment): TASKS [tasks.txt], RESULTS [results.tsv], NAME, the runner's
 # job name [zotsink-dropbox], RUNNER, its job script [the runner.sbatch beside this file],
@@ -28,6 +29,7 @@ NAME=${NAME:-zotsink-dropbox}
 RUNNER=${RUNNER:-$(dirname "$0")/runner.sbatch}
 read -r -a zotsink <<<"${ZOTSINK:-zotsink}"
 
+[ -s "$TASKS" ] || exit 0 # an empty dropbox: nothing to do, nothing to say
 "${zotsink[@]}" status "$TASKS" "$RESULTS" --waiting
 waiting=$?
 [ "$waiting" -ne 1 ] || exit 0        # no task waits: nothing to do
