@@ -1,27 +1,36 @@
-"""Views of a run for people who would rather look than read: the attempts of a ledger per
-host or per array element, and one self-contained HTML page (inline SVG, no script, no
-network) with the counts, a timeline of the attempts, a histogram of task times, the
-failures grouped and the slowest tasks.
+"""The attempts of a ledger, for people who would rather look than read: each attempt as
+one record (:class:`Attempt`), read in one pass (:func:`iter_attempts`), and summed per
+host or per array element (:func:`attempts_by`, ``status --by``). The ``--html`` page is
+drawn from the same pass (:mod:`zotsink._run.page`).
+
+An attempt is yielded once it is whole: an ended one at its end row (the ledger's order of
+ends), one that never ended at the end of the pass (``running``, or ``lost`` when its task
+was started again since). Memory holds the attempts begun and not ended, and a time per
+run, never one entry per attempt.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
-from .._arrays import array_spec
 from .._ledgerfile import read_ledger
-from .failures import FailureGroup
-from .states import STATES
-from .status import StatusReport, ledger_time
+from .advise import TaskUse
+from .status import ledger_time
 from .tasks import task_lines
 
-__all__ = ["Attempt", "attempts_by", "rate_text", "read_attempts", "status_page"]
+__all__ = [
+    "Attempt",
+    "AttemptsBy",
+    "attempts_by",
+    "iter_attempts",
+    "natural",
+    "rate_text",
+    "read_attempts",
+]
 
 
 class Attempt(NamedTuple):
@@ -34,9 +43,14 @@ class Attempt(NamedTuple):
     array_task: str  # the array element that ran it ("" outside an array)
     host: str
     start: float | None  # seconds since the epoch
-    end: float | None  # None while it runs (or when its run was lost)
-    status: str  # the end row's status, else "running"
+    # None while it runs; for a ``lost`` attempt (its run died), the time of its run's last
+    # row in the ledger: nothing of that run was seen after
+    end: float | None
+    status: str  # the end row's status, else "running" or "lost"
     seconds: float | None
+    peak_kib: int | None = None  # what it used, when measured (see zotsink._run.usage)
+    user_s: float | None = None
+    sys_s: float | None = None
 
     @property
     def element(self) -> str:
@@ -45,6 +59,19 @@ class Attempt(NamedTuple):
         if not self.job:
             return "-"
         return f"{self.job}[{self.array_task}]" if self.array_task else self.job
+
+    def use(self) -> TaskUse:
+        """What it used, as ``status --advise`` reads it."""
+        return TaskUse(
+            self.tasknum,
+            self.element,
+            self.host,
+            self.seconds,
+            self.peak_kib,
+            self.user_s,
+            self.sys_s,
+            self.status,
+        )
 
 
 def _float(text: str) -> float | None:
@@ -55,6 +82,118 @@ def _float(text: str) -> float | None:
     return None if math.isnan(value) else value
 
 
+class _Clock:
+    """Ledger times as seconds since the epoch, read as :func:`ledger_time` reads them, each
+    hour's start parsed once: a pass over a ledger of millions of rows parses a few hours."""
+
+    def __init__(self) -> None:
+        self._hours: dict[str, float | None] = {}
+
+    def __call__(self, stamp: str) -> float | None:
+        # the ledger's one form: 2026-11-24T10:00:00.000000Z
+        if len(stamp) != 27 or stamp[13] != ":" or stamp[16] != ":" or stamp[26] != "Z":
+            return ledger_time(stamp)
+        hour = stamp[:13]
+        base = self._hours.get(hour, 0.0)
+        if base == 0.0:
+            base = self._hours[hour] = ledger_time(hour + ":00:00.000000Z")
+        if base is None:
+            return None
+        minute, second = stamp[14:16], stamp[17:26]
+        if not (minute.isdigit() and minute < "60" and second[:2].isdigit() and second < "60"):
+            return ledger_time(stamp)
+        try:
+            return base + int(minute) * 60 + float(second)
+        except ValueError:
+            return ledger_time(stamp)
+
+
+def iter_attempts(
+    tasks: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Iterator[Attempt]:
+    """Every attempt of the tasks of ``tasks`` that ``ledger`` holds, from one pass over a
+    snapshot: each ended attempt at its end row, then those that never ended.
+
+    An ended attempt ran for its seconds before its end (its start row may be older: a run
+    claims tasks ahead). One with no end whose task was started again since is ``lost``
+    (its run died) and ends where its run's last row is; one with no end and no later start
+    is ``running`` (end None)."""
+    keys, _ = task_lines(tasks)
+    open_: dict[tuple[int, str], tuple[Attempt, tuple[str, str]]] = {}
+    started: dict[int, set[str]] = {}  # task -> its attempts begun and not ended
+    last_row: dict[tuple[str, str], float] = {}  # a run (host, pid) -> its last row's time
+    clock = _Clock()
+    for row in read_ledger(ledger, lock=lock, timeout=timeout):
+        at = clock(row.time)
+        run = (row.host, row.pid)
+        if at is not None:
+            last_row[run] = at
+        if keys.get(row.tasknum) != row.key:
+            continue
+        if row.event == "start":
+            for other in started.get(row.tasknum, ()):
+                # A run starts a task again only once the ledger no longer counts it as
+                # running elsewhere: that attempt's run died (a lost node, a killed job) and
+                # it will never end. An end row that comes after all still says how it ended.
+                a, where = open_[row.tasknum, other]
+                open_[row.tasknum, other] = (a._replace(status="lost"), where)
+            number = int(row.attempt) if row.attempt.isdigit() else 0
+            began = Attempt(
+                row.tasknum,
+                row.key,
+                number,
+                row.job,
+                row.array_task,
+                row.host,
+                at,
+                None,
+                "running",
+                None,
+            )
+            open_[row.tasknum, row.attempt] = (began, run)
+            started.setdefault(row.tasknum, set()).add(row.attempt)
+            continue
+        secs = _float(row.seconds)
+        found = open_.pop((row.tasknum, row.attempt), None)
+        if found is not None:
+            left = started[row.tasknum]
+            left.discard(row.attempt)
+            if not left:
+                del started[row.tasknum]
+        if found is None:
+            begun = None if at is None or secs is None else at - secs
+            yield Attempt(
+                row.tasknum,
+                row.key,
+                int(row.attempt) if row.attempt.isdigit() else 0,
+                row.job,
+                row.array_task,
+                row.host,
+                begun,
+                at,
+                row.status,
+                secs,
+            )
+            continue
+        # a run writes the start rows of the tasks it claims ahead of running them: the end
+        # and its seconds tell when the task itself ran
+        a = found[0]
+        begun = a.start
+        if at is not None and secs is not None:
+            begun = at - secs if begun is None else max(begun, at - secs)
+        yield a._replace(start=begun, end=at, status=row.status or "failed", seconds=secs)
+    for a, run in open_.values():
+        if a.status == "lost":
+            end = last_row.get(run)
+            yield a._replace(end=None if end is None else max(end, a.start or end))
+        else:
+            yield a
+
+
 def read_attempts(
     tasks: str | os.PathLike[str],
     ledger: str | os.PathLike[str],
@@ -62,69 +201,9 @@ def read_attempts(
     lock: str = "auto",
     timeout: float = 600.0,
 ) -> list[Attempt]:
-    """Every attempt of the tasks of ``tasks`` that ``ledger`` holds, in the order they
-    started. An ended attempt ran for its seconds before its end (its start row may be
-    older: a run claims tasks ahead); one still running, from its start row; one with no
-    end whose task was started again since is ``lost`` (its run died)."""
-    keys, _ = task_lines(tasks)
-    open_: dict[tuple[int, str], int] = {}  # (task, attempt) -> index in out
-    latest: dict[int, int] = {}  # task -> index in out of its latest start
-    out: list[Attempt] = []
-    for row in read_ledger(ledger, lock=lock, timeout=timeout):
-        if keys.get(row.tasknum) != row.key:
-            continue
-        at = ledger_time(row.time)
-        if row.event == "start":
-            before = latest.get(row.tasknum)
-            if before is not None and out[before].status == "running":
-                # A run starts a task again only once the ledger no longer counts it as
-                # running elsewhere: that attempt's run died (a lost node, a killed job)
-                # and it will never end. An end row that comes after all still says how
-                # it ended.
-                out[before] = out[before]._replace(status="lost")
-            latest[row.tasknum] = open_[row.tasknum, row.attempt] = len(out)
-            out.append(
-                Attempt(
-                    row.tasknum,
-                    row.key,
-                    int(row.attempt) if row.attempt.isdigit() else 0,
-                    row.job,
-                    row.array_task,
-                    row.host,
-                    at,
-                    None,
-                    "running",
-                    None,
-                )
-            )
-            continue
-        secs = _float(row.seconds)
-        i = open_.pop((row.tasknum, row.attempt), None)
-        if i is None:
-            begun = None if at is None or secs is None else at - secs
-            out.append(
-                Attempt(
-                    row.tasknum,
-                    row.key,
-                    int(row.attempt) if row.attempt.isdigit() else 0,
-                    row.job,
-                    row.array_task,
-                    row.host,
-                    begun,
-                    at,
-                    row.status,
-                    secs,
-                )
-            )
-        else:
-            # a run writes the start rows of the tasks it claims ahead of running them: the
-            # end and its seconds tell when the task itself ran
-            begun = out[i].start
-            if at is not None and secs is not None:
-                begun = at - secs if begun is None else max(begun, at - secs)
-            out[i] = out[i]._replace(
-                start=begun, end=at, status=row.status or "failed", seconds=secs
-            )
+    """Every attempt of :func:`iter_attempts`, in the order they started. A list holds
+    every attempt: a report over a large ledger reads :func:`iter_attempts` instead."""
+    out = list(iter_attempts(tasks, ledger, lock=lock, timeout=timeout))
     out.sort(key=lambda a: (a.start is None, a.start or 0.0, a.tasknum))
     return out
 
@@ -133,16 +212,22 @@ def read_attempts(
 BY_COLUMNS: Final = ("attempts", "ok", "not_ok", "running", "busy_s", "mean_s", "max_s")
 
 
-def attempts_by(attempts: Iterable[Attempt], by: str) -> list[tuple[str, dict[str, Any]]]:
-    """The attempts summed per ``by``: ``host``, ``job`` (the array job) or ``element``
-    (``JOB[INDEX]``): attempts, ok, not ok, running, the seconds they took in all, their
-    mean and their longest; in the order of their names."""
-    if by not in ("host", "job", "element"):
-        raise ValueError(f"attempts_by: by {by!r}: host, job or element")
-    rows: dict[str, dict[str, Any]] = {}
-    for a in attempts:
+class AttemptsBy:
+    """The attempts summed per host, array job or array element as they come (what
+    :func:`attempts_by` returns, for a reader that makes one pass for several views)."""
+
+    def __init__(self, by: str) -> None:
+        if by not in ("host", "job", "element"):
+            raise ValueError(f"attempts_by: by {by!r}: host, job or element")
+        self.by = by
+        self._rows: dict[str, dict[str, Any]] = {}
+
+    def add(self, a: Attempt) -> None:
+        by = self.by
         name = a.host if by == "host" else a.element if by == "element" else a.job or "-"
-        r = rows.setdefault(name, dict.fromkeys(BY_COLUMNS, 0))
+        r = self._rows.get(name)
+        if r is None:
+            r = self._rows[name] = dict.fromkeys(BY_COLUMNS, 0)
         r["attempts"] += 1
         if a.status == "ok":
             r["ok"] += 1
@@ -153,14 +238,28 @@ def attempts_by(attempts: Iterable[Attempt], by: str) -> list[tuple[str, dict[st
         if a.seconds is not None:
             r["busy_s"] += a.seconds
             r["max_s"] = max(r["max_s"], a.seconds)
-    for r in rows.values():
-        ended = r["attempts"] - r["running"]
-        r["mean_s"] = r["busy_s"] / ended if ended else 0.0
-    return sorted(rows.items(), key=lambda kv: _natural(kv[0]))
+
+    def rows(self) -> list[tuple[str, dict[str, Any]]]:
+        """The sums, in the order of their names, each with its mean."""
+        for r in self._rows.values():
+            ended = r["attempts"] - r["running"]
+            r["mean_s"] = r["busy_s"] / ended if ended else 0.0
+        return sorted(self._rows.items(), key=lambda kv: natural(kv[0]))
 
 
-def _natural(name: str) -> tuple[Any, ...]:
-    # node2 before node10, 7[2] before 7[10]
+def attempts_by(attempts: Iterable[Attempt], by: str) -> list[tuple[str, dict[str, Any]]]:
+    """The attempts summed per ``by``: ``host``, ``job`` (the array job) or ``element``
+    (``JOB[INDEX]``): attempts, ok, not ok, running, the seconds they took in all, their
+    mean and their longest; in the order of their names. ``attempts`` is read once (an
+    iterator of :func:`iter_attempts` keeps memory flat)."""
+    summed = AttemptsBy(by)
+    for a in attempts:
+        summed.add(a)
+    return summed.rows()
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """A sort key for names with numbers: node2 before node10, 7[2] before 7[10]."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
@@ -173,297 +272,3 @@ def rate_text(per_second: float) -> str:
     if value >= 100:
         return f"{value:,.0f} tasks/{unit}"
     return f"{value:.{1 if value >= 10 else 2}f} tasks/{unit}"
-
-
-# -- the page -------------------------------------------------------------------------------
-
-#: A colour per state, readable on white and told apart by the colour-blind (Okabe-Ito).
-COLOURS: Final = {
-    "ok": "#009e73",
-    "failed": "#d55e00",
-    "killed": "#cc79a7",
-    "timeout": "#e69f00",
-    "interrupted": "#999999",
-    "given-up": "#7a1f00",
-    "running": "#0072b2",
-    "lost": "#56b4e9",
-    "never": "#dddddd",
-}
-_WIDTH: Final = 1000  # the SVGs' width in their own units; they scale to the page
-_LANE: Final = 14  # a timeline lane's height
-_MAX_LANES: Final = 400  # more elements than this: a lane per host
-_BINS: Final = 30
-
-_STYLE: Final = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
-h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}
-.sub{color:#666;margin-bottom:16px}
-.counts{display:flex;flex-wrap:wrap;gap:8px}
-.count{border-radius:6px;padding:8px 12px;min-width:70px;color:#fff}
-.count b{display:block;font-size:22px}.count.never{color:#333}
-table{border-collapse:collapse;margin:4px 0}td,th{padding:3px 10px;border-bottom:1px solid #eee;
-text-align:left;vertical-align:top}th{background:#f6f6f6}td.n{text-align:right}
-pre{background:#f6f6f6;padding:8px;margin:4px 0;font-size:12px;white-space:pre-wrap}
-svg{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;fill:#333}
-.legend span{display:inline-block;margin-right:14px}
-.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px}
-"""
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _secs(seconds: float) -> str:
-    if seconds == 0:
-        return "0 s"
-    if seconds < 1:
-        return f"{seconds * 1000:.3g} ms"
-    if seconds < 10:
-        return f"{seconds:.2f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def _counts(report: StatusReport) -> str:
-    boxes = [
-        f'<div class="count {_e(state)}" style="background:{COLOURS[state]}" '
-        f'data-state="{_e(state)}"><b>{n}</b>{_e(state)}</div>'
-        for state, n in report.counts.items()
-        if n
-    ]
-    return f'<div class="counts" id="counts">{"".join(boxes)}</div>'
-
-
-def _legend(states: Iterable[str]) -> str:
-    items = "".join(
-        f'<span><i style="background:{COLOURS.get(s, "#000")}"></i>{_e(s)}</span>' for s in states
-    )
-    return f'<div class="legend">{items}</div>'
-
-
-def _slots(attempts: Sequence[Attempt], now: float) -> list[list[Attempt]]:
-    """The attempts of one lane in rows that do not overlap (tasks side by side, as
-    ``--jobs`` runs them): each goes into the first row free at its start."""
-    rows: list[list[Attempt]] = []
-    ends: list[float] = []
-    for a in sorted(attempts, key=lambda a: a.start or 0.0):
-        end = a.end if a.end is not None else now
-        for i, free in enumerate(ends):
-            if free <= (a.start or 0.0):
-                rows[i].append(a)
-                ends[i] = end
-                break
-        else:
-            rows.append([a])
-            ends.append(end)
-    return rows
-
-
-def _timeline(attempts: Sequence[Attempt], now: float) -> str:
-    """One lane per host and array element, a bar per attempt from its start to its end;
-    the tasks an element ran side by side on rows of their own within its lane."""
-    timed = [a for a in attempts if a.start is not None]
-    if not timed:
-        return "<p>No attempt has started yet.</p>"
-    t0 = min(a.start for a in timed if a.start is not None)
-    t1 = max(a.end if a.end is not None else now for a in timed)
-    span = max(t1 - t0, 1e-3)
-    lanes: dict[tuple[str, str], list[Attempt]] = {}
-    for a in timed:
-        lanes.setdefault((a.host, a.element), []).append(a)
-    names = sorted(lanes, key=lambda k: (_natural(k[0]), _natural(k[1])))
-    if len(names) > _MAX_LANES:  # one lane per host: the page stays a page
-        lanes = {}
-        for a in timed:
-            lanes.setdefault((a.host, "(all elements)"), []).append(a)
-        names = sorted(lanes, key=lambda k: _natural(k[0]))
-    label_w, top = 200, 20
-    plot_w = _WIDTH - label_w - 10
-    slots = {name: _slots(lanes[name], now) for name in names}
-    bar = max(2, min(_LANE - 4, 40 // max(len(s) for s in slots.values())))
-    parts: list[str] = []
-    y = top
-    for k, name in enumerate(names):
-        rows = slots[name]
-        height = max(_LANE, len(rows) * bar + 4)
-        if k % 2:
-            parts.append(f'<rect x="0" y="{y}" width="{_WIDTH}" height="{height}" fill="#f3f3f3"/>')
-        parts.append(
-            f'<text x="4" y="{y + min(height, _LANE) - 3}">{_e(" ".join(name)[:34])}</text>'
-        )
-        # ok first: a failure drawn over its neighbours stays in sight
-        bars = [(r, a) for r, row in enumerate(rows) for a in row]
-        bars.sort(key=lambda ra: ra[1].status != "ok")
-        for r, a in bars:
-            x = label_w + (a.start - t0) / span * plot_w  # type: ignore[operator]
-            end = a.end if a.end is not None else now
-            w = max(1.0, (end - a.start) / span * plot_w)  # type: ignore[operator]
-            parts.append(
-                f'<rect class="attempt" x="{x:.1f}" y="{y + 2 + r * bar}" width="{w:.1f}" '
-                f'height="{max(1, bar - 1)}" fill="{COLOURS.get(a.status, "#000")}" '
-                f'data-task="{a.tasknum}" data-status="{_e(a.status)}"><title>task {a.tasknum} '
-                f"attempt {a.attempt} {_e(a.status)}: {_e(a.line[:80])}</title></rect>"
-            )
-        y += height
-    axis = y + 14
-    for k in range(5):
-        x = label_w + k / 4 * plot_w
-        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
-        parts.append(
-            f'<text x="{x:.0f}" y="{axis}" text-anchor="{anchor}">+{_secs(k / 4 * span)}</text>'
-        )
-    head = (
-        f'<svg id="timeline" viewBox="0 0 {_WIDTH} {axis + 10}" '
-        f'xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'aria-label="timeline of {len(timed)} attempts">'
-        f'<text x="{label_w}" y="12">host and array element; time from the first start, '
-        f"{_e(_clock(t0))} UTC</text>"
-    )
-    return head + "".join(parts) + "</svg>"
-
-
-def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _histogram(attempts: Sequence[Attempt]) -> str:
-    """How long the ended attempts took, ok and not ok stacked, in equal bins."""
-    ended = [a for a in attempts if a.seconds is not None and a.status != "running"]
-    if not ended:
-        return "<p>No attempt has ended yet.</p>"
-    top_s = max(a.seconds for a in ended if a.seconds is not None) or 1.0
-    bins = [[0, 0] for _ in range(_BINS)]
-    for a in ended:
-        i = min(_BINS - 1, int(a.seconds / top_s * _BINS))  # type: ignore[operator]
-        bins[i][a.status != "ok"] += 1
-    most = max(ok + bad for ok, bad in bins)
-    left, top, plot_h = 50, 10, 180
-    plot_w = _WIDTH - left - 10
-    bar_w = plot_w / _BINS
-    parts = [
-        f'<svg id="histogram" viewBox="0 0 {_WIDTH} {top + plot_h + 40}" '
-        f'xmlns="http://www.w3.org/2000/svg" role="img" '
-        f'aria-label="histogram of {len(ended)} task times">'
-    ]
-    for i, (ok, bad) in enumerate(bins):
-        x = left + i * bar_w
-        y = top + plot_h
-        lo, hi = i / _BINS * top_s, (i + 1) / _BINS * top_s
-        for n, state in ((ok, "ok"), (bad, "failed")):
-            if not n:
-                continue
-            h = n / most * plot_h
-            y -= h
-            parts.append(
-                f'<rect class="bin" x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" '
-                f'height="{h:.1f}" fill="{COLOURS[state]}" data-count="{n}">'
-                f"<title>{n} {'ok' if state == 'ok' else 'not ok'}, "
-                f"{_secs(lo)} to {_secs(hi)}</title></rect>"
-            )
-        if ok + bad:
-            parts.append(
-                f'<text x="{x + bar_w / 2:.1f}" y="{y - 2:.1f}" text-anchor="middle">'
-                f"{ok + bad}</text>"
-            )
-    base = top + plot_h
-    parts.append(f'<line x1="{left}" y1="{base}" x2="{_WIDTH - 10}" y2="{base}" stroke="#999"/>')
-    for k in range(6):
-        x = left + k / 5 * plot_w
-        anchor = "start" if k == 0 else "end" if k == 5 else "middle"
-        tick = _secs(k / 5 * top_s)
-        parts.append(f'<text x="{x:.0f}" y="{base + 16}" text-anchor="{anchor}">{tick}</text>')
-    parts.append(
-        f'<text x="{left}" y="{base + 34}">time per attempt ({len(ended)} ended)</text></svg>'
-    )
-    return "".join(parts)
-
-
-def _table(head: Sequence[str], rows: Iterable[Sequence[object]], numeric: int = 0) -> str:
-    """A table; the columns from ``numeric`` on are right-aligned (0: none)."""
-    out = ["<table><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr>"]
-    for row in rows:
-        out.append("<tr>")
-        for i, cell in enumerate(row):
-            cls = ' class="n"' if numeric and i >= numeric else ""
-            out.append(f"<td{cls}>{_e(cell)}</td>")
-        out.append("</tr>")
-    out.append("</table>")
-    return "".join(out)
-
-
-def _failures(groups: Sequence[FailureGroup]) -> str:
-    if not groups:
-        return "<p>No task failed.</p>"
-    out = ['<div id="failures">']
-    for g in groups:
-        first = g.tasks[0]
-        out.append(
-            f'<p><b style="color:{COLOURS.get(g.state, "#000")}">{len(g.tasks)} {_e(g.state)}'
-            f"</b>: tasks {_e(array_spec(g.tasknums))}; the first, task {first.tasknum} "
-            f"(attempt {first.attempt}): {_e(first.line)}</p>"
-        )
-        if first.stderr:
-            out.append(f"<pre>{_e(chr(10).join(first.stderr))}</pre>")
-    out.append("</div>")
-    return "".join(out)
-
-
-def status_page(
-    report: StatusReport,
-    attempts: Sequence[Attempt],
-    groups: Sequence[FailureGroup] = (),
-    *,
-    title: str = "zotsink run",
-    now: float | None = None,
-) -> str:
-    """The HTML page of a run: ``report`` (:func:`task_status`), the ``attempts``
-    (:func:`read_attempts`) and the failures grouped (:func:`group_failures`). One file
-    with everything inline: it opens from a cluster's file system, offline, with
-    scripts off."""
-    import time
-
-    now = time.time() if now is None else now
-    c = report.counts
-    shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
-    rate = "" if not report.rate else f"; {rate_text(report.rate)}"
-    states_seen = [s for s in STATES if any(a.status == s for a in attempts)]
-    by_host = attempts_by(attempts, "host")
-    host_rows = [
-        (
-            name,
-            r["attempts"],
-            r["ok"],
-            r["not_ok"],
-            r["running"],
-            _secs(r["mean_s"]),
-            _secs(r["max_s"]),
-        )
-        for name, r in by_host
-    ]
-    slow = [(n, _secs(s), line) for n, s, line in report.slowest]
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
-        f'<div class="sub">{report.total} tasks: {_e(shown or "none")}{_e(rate)}; '
-        f"{len(attempts)} attempts; drawn {_e(_clock(now))} UTC</div>",
-        _counts(report),
-        "<h2>Attempts per host and array element</h2>",
-        _legend(states_seen),
-        _timeline(attempts, now),
-        "<h2>Task times</h2>",
-        _histogram(attempts),
-        "<h2>Failures, grouped by their last line</h2>",
-        _failures(groups),
-        "<h2>Slowest tasks</h2>",
-        _table(("task", "took", "line"), slow) if slow else "<p>None ended yet.</p>",
-        "<h2>Per host</h2>",
-        _table(("host", "attempts", "ok", "not ok", "running", "mean", "longest"), host_rows, 1),
-        "</body></html>\n",
-    ]
-    return "\n".join(parts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Final
@@ -22,10 +21,10 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
-    from .. import FailedTask, FailureGroup, LiveRuns, StatusReport
+    from .. import Advice, FailedTask, FailureGroup, LiveRuns, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -69,6 +68,41 @@ if TYPE_CHECKING:
     "times, the failures grouped and the slowest tasks.",
 )
 @click.option(
+    "--refresh",
+    type=click.FloatRange(0.1),
+    metavar="S",
+    help="With --html: write the page again every S seconds until nothing runs or waits to "
+    "run (each time whole: a new file renamed over FILE); Ctrl-C or SIGTERM stops.",
+)
+@click.option(
+    "--advise",
+    is_flag=True,
+    help="What to ask the scheduler for next time, from what the attempts used: memory per "
+    "element (the 95th percentile of the peaks x --jobs x 1.25), CPUs, and time for "
+    "--tasks-per-element tasks; the directives on stdout, how they were reached on stderr.",
+)
+@click.option(
+    "--scheduler",
+    type=click.Choice(["slurm", "sge", "pbs"]),
+    default="slurm",
+    show_default=True,
+    help="With --advise: the directives' form (#SBATCH, Grid Engine #$, #PBS).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --advise: tasks an element runs at a time [default: the recorded --jobs, else "
+    "the most an element ran at a time].",
+)
+@click.option(
+    "--tasks-per-element",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --advise: tasks an element runs in all [default: the recorded --chunk, else "
+    "the most an element ran].",
+)
+@click.option(
     "--by",
     type=click.Choice(["host", "job", "element"]),
     help="A table of the attempts per host, array job or array element (JOB[INDEX]): "
@@ -108,6 +142,11 @@ def status_cmd(
     log: str | None,
     last: int,
     html_path: str | None,
+    refresh: float | None,
+    advise: bool,
+    scheduler: str,
+    jobs: int | None,
+    tasks_per_element: int | None,
     by: str | None,
     waiting: bool,
     as_json: bool,
@@ -140,6 +179,10 @@ def status_cmd(
     if out is None and ledger is None:
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
+    if refresh is not None and html_path is None:
+        raise click.UsageError("--refresh S rewrites the --html FILE page: give --html FILE too")
+    if not advise and (jobs is not None or tasks_per_element is not None):
+        raise click.UsageError("--jobs and --tasks-per-element size the advice: give --advise")
 
     def read(**wait: float) -> StatusReport:
         return run_api(
@@ -189,15 +232,25 @@ def status_cmd(
             _print_groups(groups)
         if html_path is not None:
             _write_page(html_path, tasks, path, report, groups, lock, timeout)
+            if refresh is not None:
+                report = _refresh(html_path, refresh, read, tasks, path, log, report, lock, timeout)
     if by is not None:
-        from .. import attempts_by, read_attempts
+        from .. import attempts_by, iter_attempts
 
-        attempts = run_api(lambda: read_attempts(tasks, path, lock=lock, timeout=timeout))
-        table = attempts_by(attempts, by)
+        table = run_api(
+            lambda: attempts_by(iter_attempts(tasks, path, lock=lock, timeout=timeout), by)
+        )
         if as_json:
             by_rows = [{by: name, **row} for name, row in table]
         else:
             _write(_by_table(by, table))
+    advice = None
+    if advise:
+        advice = _advise(tasks, path, report, jobs, tasks_per_element, lock, timeout)
+        if not as_json:
+            _write(advice.directives(scheduler))
+            for line in advice_lines(advice, scheduler):
+                click.echo(f"zotsink: {line}", err=True)
     if as_json:
         d = report.to_dict()
         if listed is not None:
@@ -205,6 +258,8 @@ def status_cmd(
             d["failure_groups"] = grouped
         if by is not None:
             d["by"] = by_rows
+        if advice is not None:
+            d["advice"] = advice.to_dict()
         print_json(d)
     if not watch or not as_json:
         for line in status_lines(report):
@@ -369,24 +424,187 @@ def _write_page(
     groups: list[FailureGroup],
     lock: str,
     timeout: float,
+    *,
+    quiet: bool = False,
 ) -> None:
-    """The page into ``html_path``, whole or not at all (a browser may be reading it)."""
-    import os
+    """The page into ``html_path``, whole or not at all (a browser may be reading it), drawn
+    from one pass over the attempts."""
+    from .. import iter_attempts, status_page, write_page
 
-    from .. import read_attempts, status_page
-
-    attempts = run_api(lambda: read_attempts(tasks, ledger, lock=lock, timeout=timeout))
-    page = status_page(report, attempts, groups, title=f"zotsink status {tasks}")
-    part = f"{html_path}.part.{os.getpid()}"
+    now = time.time()
+    # attempts still running end now while a run lives, else where the run's rows end
+    live = report.runs is not None and bool(report.runs.live)
+    counted_attempts = _Counted(iter_attempts(tasks, ledger, lock=lock, timeout=timeout))
+    page = run_api(
+        lambda: status_page(
+            report,
+            counted_attempts,
+            groups,
+            title=f"zotsink status {tasks}",
+            now=now,
+            until=now if live else None,
+        )
+    )
     try:
-        with open(part, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.replace(part, html_path)
+        write_page(html_path, page)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        fail(f"cannot write {html_path}: {e.strerror or e}", exit_code(e))
-    click.echo(f"zotsink: wrote {html_path} ({counted(len(attempts), 'attempt')})", err=True)
+        fail(
+            f"cannot write {html_path}: {e.strerror or e} (its directory must be writable: "
+            "the page is written beside it, then renamed)",
+            exit_code(e),
+        )
+    if not quiet:
+        click.echo(
+            f"zotsink: wrote {html_path} ({counted(counted_attempts.n, 'attempt')})", err=True
+        )
+
+
+class _Counted:
+    """An iterator that counts what passed through it."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self.n = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._items:
+            self.n += 1
+            yield item
+
+
+def _refresh(
+    html_path: str,
+    every: float,
+    read: Callable[..., StatusReport],
+    tasks: str,
+    ledger: str,
+    log: str,
+    report: StatusReport,
+    lock: str,
+    timeout: float,
+) -> StatusReport:
+    """Write the page again every ``every`` seconds until nothing runs or waits to run, or
+    a stop signal (Ctrl-C, SIGTERM) comes; the last report."""
+    import select
+
+    from .. import Stopper, failed_tasks, failure_tail, group_failures
+
+    with Stopper() as stopper:
+        while not report.settled and stopper.signum is None:
+            ready, _, _ = select.select([stopper.wakeup_fd], [], [], every)
+            if ready or stopper.signum is not None:
+                break
+            report = read(wait_scheduler=every / 2)
+            found, _note = run_api(
+                lambda: failed_tasks(tasks, ledger, log, last=TAIL_READ, lock=lock, timeout=timeout)
+            )
+            found = [t._replace(stderr=failure_tail(t.stderr, 5)) for t in found]
+            _write_page(
+                html_path, tasks, ledger, report, group_failures(found), lock, timeout, quiet=True
+            )
+    if stopper.signum is not None:
+        click.echo(f"zotsink: stopped refreshing {html_path}", err=True)
+    else:
+        click.echo(f"zotsink: wrote {html_path}: nothing runs or waits to run", err=True)
+    return report
+
+
+def _advise(
+    tasks: str,
+    ledger: str,
+    report: StatusReport,
+    jobs: int | None,
+    per_element: int | None,
+    lock: str,
+    timeout: float,
+) -> Advice:
+    """The advice, from one pass over the attempts: ``jobs`` given, else recorded, else the
+    most slots an element ran in; ``per_element`` given, else the recorded chunk."""
+    from .. import Slots, UseTally, iter_attempts
+
+    settings = report.settings or {}
+    if jobs is None and settings.get("jobs", "").isdigit():
+        jobs = int(settings["jobs"])
+    if per_element is None and "chunk" in settings:
+        per_element = report.chunk
+    slots, tally = Slots(), UseTally()
+
+    def one_pass() -> None:
+        for a in iter_attempts(tasks, ledger, lock=lock, timeout=timeout):
+            slots.add(a)
+            tally.add(a.use())
+
+    run_api(one_pass)
+    return tally.advice(jobs=jobs or max(slots.most(), 1), per_element=per_element)
+
+
+def advice_lines(advice: Advice, scheduler: str) -> list[str]:
+    """How the advice was reached, in words, one line each."""
+    q = f"the {advice.quantile * 100:g}th percentile"
+    lines = [
+        f"advice from {counted(advice.tasks, 'ended attempt')}, each figure by {q} of "
+        f"the attempts (not the largest), for elements of --jobs {advice.jobs} and "
+        f"{advice.per_element} tasks"
+    ]
+    if advice.peak_kib is None:
+        lines.append(
+            f"memory: not measured (no peak is known for any of the {advice.tasks} "
+            "attempts): no --mem advised"
+        )
+    else:
+        top = advice.peak_max
+        largest = f"; the largest {_mib(top[0])}, task {top[1]}" if top else ""
+        unmeasured = advice.tasks - advice.peak_measured
+        lines.append(
+            f"peak memory per task: {_mib(advice.peak_kib)} at {q}{largest}"
+            + (f"; not measured for {unmeasured}" if unmeasured else "")
+        )
+        assert advice.memory_kib is not None
+        lines.append(
+            f"memory per element: {_mib(advice.peak_kib)} x {advice.jobs} at a time x "
+            f"{advice.memory_margin:g} margin, rounded up: {_mib(advice.memory_kib)}"
+        )
+        if advice.oom:
+            lines.append(
+                f"{counted(advice.oom, 'attempt')} killed for memory: the memory is sized "
+                f"above the largest peak among them ({_mib(advice.oom_peak_kib or 0)})"
+            )
+        for task, kib in advice.over:
+            lines.append(
+                f"task {task} peaked at {_mib(kib)}, above a task's share of that memory: "
+                "it may need more when it runs beside others"
+            )
+        if scheduler == "sge":
+            lines.append(
+                "h_vmem limits virtual memory, per slot; a task's virtual size may be well "
+                "above the resident peak measured here: raise it if tasks die at the limit"
+            )
+    if advice.cpu_per_task is None:
+        lines.append("CPU: not measured: no CPUs advised")
+    else:
+        lines.append(
+            f"CPU: a task keeps {advice.cpu_per_task:.2f} CPUs busy at {q}: "
+            f"{advice.cpus} CPUs for {advice.jobs} at a time"
+        )
+    if advice.time_s is not None and advice.seconds_mean is not None:
+        turns = -(-advice.per_element // advice.jobs)
+        before = (
+            f"{counted(turns - 1, 'turn')} at the mean {_duration(advice.seconds_mean)}, "
+            if turns > 1
+            else ""
+        )
+        lines.append(
+            f"time per element: {counted(advice.per_element, 'task')}, {advice.jobs} at a "
+            f"time: {before}the last at {q} {_duration(advice.seconds_q or 0)}; x "
+            f"{advice.time_margin:g} margin, up to a whole minute: {_duration(advice.time_s)}"
+        )
+    return lines
+
+
+def _mib(kib: float) -> str:
+    if kib >= 10 * 1024 * 1024:
+        return f"{kib / (1024 * 1024):.1f} GiB"
+    return f"{kib / 1024:,.0f} MiB"
 
 
 def _by_table(by: str, table: list[tuple[str, dict[str, Any]]]) -> list[str]:
