@@ -61,7 +61,8 @@ def most_at_once(attempts: list[Attempt]) -> int:
 def test_an_element_run_two_at_a_time_has_two_lanes() -> None:
     attempts = slots_run([[1.0, 2.0, 0.5, 3.0], [0.2, 0.2, 4.0, 1.0, 0.3]])
     tl = Timeline().feed(attempts).finish()
-    assert [len(lanes) for lanes in tl.groups.values()] == [2]
+    assert tl.lanes(("node1", "7[1]")) == 2
+    assert sorted(tl.rows) == [("node1", "7[1]", 0), ("node1", "7[1]", 1)]
     slots = Slots()
     for a in attempts:
         slots.add(a)
@@ -81,8 +82,7 @@ def test_lanes_are_as_few_as_the_most_at_once(slots: list[list[float]], order: s
     if order == "start":
         attempts.sort(key=lambda a: a.start)  # type: ignore[arg-type, return-value]
     tl = Timeline().feed(attempts).finish()
-    (lanes,) = tl.groups.values()
-    assert len(lanes) == most_at_once(attempts) <= len(slots)
+    assert tl.lanes(("node1", "7[1]")) == most_at_once(attempts) <= len(slots)
 
 
 def test_the_axis_spans_the_run_and_a_lost_attempt_ends_at_its_run_s_end() -> None:
@@ -105,7 +105,7 @@ def test_the_axis_spans_the_run_and_a_lost_attempt_ends_at_its_run_s_end() -> No
 
 def code_at(tl: Timeline, group: tuple[str, str], lane: int, t: float) -> int:
     position = int((t - tl.cell_time(0)) // tl.width)
-    return tl.groups[group][lane].cells[position]
+    return tl.rows[tl.row_key(group, lane)][position]
 
 
 def test_cells_keep_what_they_hold_as_the_run_grows() -> None:
@@ -145,6 +145,37 @@ def many(n: int, elements: int = 16) -> Iterator[Attempt]:
         clocks[e][k] = end
         status = "failed" if rng.random() < 0.02 else "ok"
         yield attempt(i + 1, start, end, status, element=str(e), host=f"n{e % 4}", peak=i % 5000)
+
+
+def test_rows_merge_an_element_s_lanes_then_a_host_s_as_they_outgrow_the_room() -> None:
+    # 12 elements on 3 hosts, each 4 at a time: 48 lanes
+    attempts = []
+    for e in range(12):
+        for k in range(4):
+            attempts.append(
+                attempt(e * 10 + k, T0 + k, T0 + k + 10, element=str(e), host=f"node{e % 3}")
+            )
+    assert Timeline(rows=48).feed(attempts).finish().mode == "slots"
+    tl = Timeline(rows=47).feed(attempts).finish()
+    assert tl.mode == "elements" and len(tl.rows) == 12
+    assert tl.lanes(("node0", "7[0]")) == 4  # the lanes are still counted
+    tl = Timeline(rows=11).feed(attempts).finish()
+    assert tl.mode == "hosts" and sorted(tl.rows) == [(f"node{h}", None, None) for h in range(3)]
+    tl = Timeline(rows=2).feed(attempts).finish()  # one host, then the others in one row
+    assert tl.mode == "hosts" and tl.row_keys() == [
+        ("node0", None, None),
+        ("(other hosts)", None, None),
+    ]
+    assert code_at(tl, ("node2", "7[2]"), 0, T0 + 5) == 1
+
+
+def test_a_long_attempt_costs_what_a_short_one_does() -> None:
+    # every attempt spans the whole run: painting and busy time do not walk its cells
+    attempts = [
+        attempt(n, T0 + n * 1e-3, T0 + 3600 + n * 1e-3, element=str(n % 50)) for n in range(5000)
+    ]
+    tl = Timeline(rows=20).feed(attempts).finish()
+    assert abs(sum(tl.busy) - 5000 * 3600) < 1e-3 * 5000 * 3600
 
 
 #: Feeds N attempts made one at a time, prints the process's peak (KiB).

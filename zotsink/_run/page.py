@@ -33,7 +33,7 @@ from .failures import FailureGroup
 from .report import Attempt, natural, rate_text
 from .spread import Spread
 from .status import StatusReport
-from .timeline import STATES_DRAWN, Lane, Timeline, Use
+from .timeline import STATES_DRAWN, RowKey, Timeline, Use
 
 __all__ = ["COLOURS", "status_page", "write_page"]
 
@@ -144,38 +144,44 @@ def _svg(ident: str, height: float, label: str, body: Iterable[str], attrs: str 
 
 
 class _Row:
-    """A lane as drawn: one slot, or an element's or a host's slots merged."""
+    """A row as drawn: a lane, or an element's or a host's lanes merged."""
 
-    def __init__(self, host: str, element: str, slot: int | None, lanes: list[Lane]) -> None:
-        self.host = host
-        self.element = element
-        self.slot = slot  # None: merged
-        self.lanes = lanes
+    def __init__(self, key: RowKey, cells: bytearray, lanes: int) -> None:
+        self.key = key
+        self.host, element, self.slot = key
+        self.element = element if element is not None else "(all elements)"
+        self.cells = cells
+        self.lanes = lanes  # the lanes merged in it
         self.y = 0.0
         self.h = 0.0
 
-    def cells(self) -> bytes | bytearray:
-        cells: bytes | bytearray = self.lanes[0].cells
-        for lane in self.lanes[1:]:
-            cells = bytes(map(max, cells, lane.cells))
-        return cells
 
-
-def _rows(tl: Timeline) -> tuple[str, list[list[_Row]]]:
-    """How the lanes are drawn: ``slots`` (a lane per slot), ``elements`` (one per element)
-    or ``hosts``; the rows in groups (a group's rows side by side in time)."""
-    names = tl.names()
-    slots = sum(len(tl.groups[g]) for g in names)
-    if slots * _LANE_LEAST <= LANES_HEIGHT:
-        return "slots", [
-            [_Row(h, e, i, [lane]) for i, lane in enumerate(tl.groups[h, e])] for h, e in names
-        ]
-    if len(names) * _LANE_LEAST <= LANES_HEIGHT:
-        return "elements", [[_Row(h, e, None, tl.groups[h, e])] for h, e in names]
-    hosts: dict[str, list[Lane]] = {}
-    for h, e in names:
-        hosts.setdefault(h, []).extend(tl.groups[h, e])
-    return "hosts", [[_Row(h, "(all elements)", None, lanes)] for h, lanes in hosts.items()]
+def _rows(tl: Timeline) -> list[list[_Row]]:
+    """The timeline's rows in groups: an element's lanes side by side in time, else each
+    row alone."""
+    per_host: dict[str, int] = {}
+    for (host, _), frees in tl.frees.items():
+        per_host[host] = per_host.get(host, 0) + len(frees)
+    keys = tl.row_keys()
+    shown = {host for host, _, _ in keys}
+    other = sum(n for host, n in per_host.items() if host not in shown)
+    groups: list[list[_Row]] = []
+    last: tuple[str, str | None] | None = None
+    for key in keys:
+        host, element, slot = key
+        if slot is not None:
+            lanes = 1
+        elif element is not None:
+            lanes = tl.lanes((host, element))
+        else:
+            lanes = per_host.get(host, other)
+        row = _Row(key, tl.rows[key], lanes)
+        if slot is not None and last == (host, element):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+        last = (host, element)
+    return groups
 
 
 def _timeline(tl: Timeline) -> str:
@@ -186,7 +192,7 @@ def _timeline(tl: Timeline) -> str:
         return "<p>No attempt has started yet.</p>"
     t0, t1 = span
     length = max(t1 - t0, 1e-6)
-    mode, groups = _rows(tl)
+    mode, groups = tl.mode, _rows(tl)
     nrows = sum(len(g) for g in groups)
     gap = 2.0 if len(groups) <= 40 else 1.0 if len(groups) <= 150 else 0.0
     lane_h = min(_LANE_MOST, max(1.0, (LANES_HEIGHT - gap * len(groups)) / nrows))
@@ -231,18 +237,14 @@ def _timeline(tl: Timeline) -> str:
             if row.slot is not None:
                 attrs += f' data-slot="{row.slot}"'
             else:
-                attrs += f' data-slots="{len(row.lanes)}"'
+                attrs += f' data-slots="{row.lanes}"'
             body = "" if detail is not None else _cell_bars(tl, row, x_of)
             parts.append(f"<g {attrs}>{body}</g>")
-    rows_of = {(r.host, r.element, r.slot): r for g in groups for r in g}
+    rows_of = {r.key: r for g in groups for r in g}
     kept = detail if detail is not None else tl.marked
 
     def row_for(group: tuple[str, str], lane: int) -> _Row:
-        if mode == "slots":
-            return rows_of[group[0], group[1], lane]
-        if mode == "elements":
-            return rows_of[group[0], group[1], None]
-        return rows_of[group[0], "(all elements)", None]
+        return rows_of[tl.row_key(group, lane)]
 
     # ok first: a failure drawn over its neighbours stays in sight
     for k in sorted(kept, key=lambda k: k.attempt.status == "ok", reverse=True):
@@ -287,7 +289,7 @@ def _timeline(tl: Timeline) -> str:
 def _cell_bars(tl: Timeline, row: _Row, x_of: Callable[[float], float]) -> str:
     """A row's cells as bars: runs of one state, one path per state; bars of one state
     closer than a unit of the drawing merged."""
-    cells = row.cells()
+    cells = row.cells
     c0, c1 = tl.cell_range()
     width = tl.width
     ends: dict[int, list[list[float]]] = {}
@@ -667,7 +669,7 @@ def status_page(
     running end, when their runs live (else at the run's last end). One file with
     everything inline: it opens from a cluster's file system, offline, with scripts off."""
     now = time.time() if now is None else now
-    tl = Timeline(until=until).feed(attempts).finish()
+    tl = Timeline(until=until, rows=LANES_HEIGHT // _LANE_LEAST).feed(attempts).finish()
     c = report.counts
     shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
     rate = "" if not report.rate else f"; {rate_text(report.rate)}"

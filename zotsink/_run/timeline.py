@@ -5,13 +5,16 @@
 keeps:
 
 - **lanes**: the attempts of each host and array element on lanes, one per slot the
-  element ran tasks side by side in, by greedy interval partitioning: an attempt takes the
-  lane that became free last before it began (within :data:`OVERLAP`), else a new one.
-  An element run with ``--jobs 2`` has two lanes when its attempts carry their own start
-  and end, with no slot recorded anywhere.
-- **cells**: time in cells of one width (a power of two of seconds) shared by every lane
+  element ran tasks side by side in, by greedy interval partitioning (:func:`slot_for`): an
+  attempt takes the lane that became free last before it began (within :data:`OVERLAP`),
+  else a new one. An element run with ``--jobs 2`` has two lanes when its attempts carry
+  their own start and end, with no slot recorded anywhere.
+- **rows**: what is drawn, at most ``rows`` of them: a row per lane while they fit; past
+  that an element's lanes share one row, and past that a host's (the rows merged as they
+  go: :attr:`Timeline.mode`), the hosts past the last row in one more.
+- **cells**: time in cells of one width (a power of two of seconds) shared by every row
   and series; when the run outgrows :data:`CELLS` cells the width doubles and neighbours
-  merge, so the span drawn is always between half of them and all of them. A lane's cell
+  merge, so the span drawn is always between half of them and all of them. A row's cell
   holds the state that matters most among the attempts in it (a failure over an ok); the
   series hold the attempts ended and the slot-seconds busy per cell.
 - **bins** of the attempts' times (linear, the width doubling as the longest grows), the
@@ -20,18 +23,19 @@ keeps:
   :data:`DETAIL` (drawn one by one, named), and the lost and running ones (up to
   :data:`MARKED`), which end where their run's last row is.
 
-Invariant: memory is lanes x cells + series + bins + the attempts kept whole, bounded by
-the constants here, never by the number of attempts. The axis spans the run, from its first
+Invariant: memory is rows x cells + series + bins + the attempts kept whole + when each
+lane is free, bounded by the constants here and the lanes, never by the number of
+attempts; an attempt costs the same however long it ran. The axis spans the run, from its first
 start to its last end; an attempt still running ends at ``until`` (the moment the page is
 made, when its run is alive) or at that last end.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable
-from itertools import repeat
 from typing import Final, NamedTuple
 
 from .report import Attempt, AttemptsBy, natural
@@ -42,8 +46,9 @@ __all__ = [
     "DETAIL",
     "MARKED",
     "OVERLAP",
+    "ROWS",
     "STATES_DRAWN",
-    "Lane",
+    "RowKey",
     "Slots",
     "Timeline",
     "Use",
@@ -52,6 +57,10 @@ __all__ = [
 
 #: Cells across the run's span, at most (at least half of them are in use).
 CELLS: Final = 2048
+#: Rows drawn, at most (lanes past this share a row: an element's, then a host's).
+ROWS: Final = 190
+#: The row of the hosts past the last one drawn.
+OTHER_HOSTS: Final = "(other hosts)"
 #: Attempts drawn one by one (named, with their task) while there are no more than this.
 DETAIL: Final = 2000
 #: Lost and running attempts kept whole, at most.
@@ -84,17 +93,19 @@ STATES_DRAWN: Final = (
 _CODE: Final = {s: i + 1 for i, s in enumerate(STATES_DRAWN)}
 
 
+#: Per state, the byte table that raises a cell to that state (a cell keeps the larger).
+_RAISE: Final = {
+    code: bytes(max(v, code) for v in range(256)) for code in range(1, len(STATES_DRAWN) + 1)
+}
+
+
 def _code(status: str) -> int:
     return _CODE.get(status, _CODE["failed"])
 
 
-class Lane:
-    """One slot of an element: its cells."""
-
-    __slots__ = ("cells",)
-
-    def __init__(self, size: int) -> None:
-        self.cells = bytearray(size)
+#: A row: (host, element, slot) with a lane per slot; (host, element, None) when an
+#: element's lanes share it; (host, None, None) when a host's do.
+RowKey = tuple[str, "str | None", "int | None"]
 
 
 class Use:
@@ -121,21 +132,27 @@ class _Kept(NamedTuple):
 class Timeline:
     """A run's attempts, summed for drawing as they come (see the module docstring)."""
 
-    def __init__(self, *, until: float | None = None, cells: int = CELLS) -> None:
+    def __init__(self, *, until: float | None = None, cells: int = CELLS, rows: int = ROWS) -> None:
         """``until``: where attempts still running end (the page's moment while their runs
-        live); None: at the run's last end."""
+        live); None: at the run's last end. ``rows``: the rows the drawing has room for."""
         self.until = until
         self.size = cells
+        self.most_rows = max(rows, 2)
         self.level: int | None = None  # a cell is 2**level seconds
         self.origin = 0  # the absolute index (time // width) of cell 0
         self.extent: tuple[int, int] | None = None  # absolute indices of the cells in use
         self.first: float | None = None  # the run's first start
         self.last: float | None = None  # its last end
-        self.groups: dict[tuple[str, str], list[Lane]] = {}
-        self._frees: dict[tuple[str, str], list[float]] = {}  # when each lane is free
+        # each (host, element)'s lanes: (free from, lane), by time
+        self.frees: dict[tuple[str, str], list[tuple[float, int]]] = {}
+        self.mode = "slots"  # what a row is: a lane, an element's lanes, a host's
+        self.rows: dict[RowKey, bytearray] = {}
         self.ended_ok = [0] * cells
         self.ended_bad = [0] * cells
-        self.busy = [0.0] * cells  # slot-seconds busy
+        # slot-seconds busy per cell: the parts of cells, and the cells an attempt covers
+        # whole as a difference (an attempt costs the same however long it ran)
+        self._busy = [0.0] * cells
+        self._whole = [0] * (cells + 1)
         self.times = _Bins(TIME_BINS)
         self.by_host: dict[str, Use] = {}
         self.by_element: dict[str, Use] = {}
@@ -208,18 +225,14 @@ class Timeline:
 
     def _draw(self, a: Attempt, start: float, end: float) -> None:
         group = (a.host, a.element)
-        lanes = self.groups.get(group)
-        if lanes is None:
-            lanes = self.groups[group] = []
-            self._frees[group] = []
-        lane = slot_for(self._frees[group], start, end)
-        if lane == len(lanes):
-            lanes.append(Lane(self.size))
+        frees = self.frees.get(group)
+        if frees is None:
+            frees = self.frees[group] = []
+        lane = slot_for(frees, start, end)
         i0, i1 = self._fit(start, end)
-        cells = lanes[lane].cells
+        cells = self._row(group, lane)
         p0, p1 = i0 - self.origin, i1 - self.origin + 1
-        code = _code(a.status)
-        cells[p0:p1] = bytes(map(max, cells[p0:p1], repeat(code, p1 - p0)))
+        cells[p0:p1] = cells[p0:p1].translate(_RAISE[_code(a.status)])
         self._series(a.status, start, end, i0, i1)
         self.first = start if self.first is None else min(self.first, start)
         self.last = end if self.last is None else max(self.last, end)
@@ -240,13 +253,50 @@ class Timeline:
         if status not in ("running", "lost"):
             (self.ended_ok if status == "ok" else self.ended_bad)[p1] += 1
         if p0 == p1:
-            self.busy[p0] += end - start
+            self._busy[p0] += end - start
             return
-        self.busy[p0] += (i0 + 1) * width - start
-        self.busy[p1] += end - i1 * width
-        busy = self.busy
-        for p in range(p0 + 1, p1):
-            busy[p] += width
+        self._busy[p0] += (i0 + 1) * width - start
+        self._busy[p1] += end - i1 * width
+        if p1 > p0 + 1:
+            self._whole[p0 + 1] += 1
+            self._whole[p1] -= 1
+
+    # -- the rows -----------------------------------------------------------------------------
+    def row_key(self, group: tuple[str, str], lane: int) -> RowKey:
+        """The row an attempt of ``group``'s lane ``lane`` is drawn in (may be one that does
+        not exist yet)."""
+        host, element = group
+        if self.mode == "slots":
+            return (host, element, lane)
+        if self.mode == "elements":
+            return (host, element, None)
+        key: RowKey = (host, None, None)
+        return key if key in self.rows or len(self.rows) < self.most_rows - 1 else _OTHER
+
+    def _row(self, group: tuple[str, str], lane: int) -> bytearray:
+        key = self.row_key(group, lane)
+        cells = self.rows.get(key)
+        if cells is not None:
+            return cells
+        while self.mode != "hosts" and len(self.rows) >= self.most_rows:
+            self._coarsen()
+            key = self.row_key(group, lane)
+            cells = self.rows.get(key)
+            if cells is not None:
+                return cells
+        cells = self.rows[key] = bytearray(self.size)
+        return cells
+
+    def _coarsen(self) -> None:
+        """Rows a level coarser: an element's lanes in one, else a host's."""
+        self.mode = "elements" if self.mode == "slots" else "hosts"
+        rows, self.rows = self.rows, {}
+        for (host, element, _slot), cells in sorted(rows.items(), key=lambda kv: _row_order(kv[0])):
+            key = self.row_key((host, element or ""), 0)
+            have = self.rows.get(key)
+            self.rows[key] = cells if have is None else bytearray(map(max, have, cells))
+        if self.mode == "elements" and len(self.rows) >= self.most_rows:
+            self._coarsen()
 
     # -- the cells ------------------------------------------------------------------------------
     @property
@@ -280,14 +330,24 @@ class Timeline:
             self.extent = (lo, hi)
             return i0, i1
 
+    def _settle_busy(self) -> None:
+        """The cells covered whole, added into the seconds per cell."""
+        covered, width = 0, self.width
+        busy = self._busy
+        for p, step in enumerate(self._whole[: self.size]):
+            covered += step
+            if covered:
+                busy[p] += covered * width
+        self._whole = [0] * (self.size + 1)
+
     def _double(self) -> None:
+        self._settle_busy()
         odd = self.origin % 2 == 1
-        for lanes in self.groups.values():
-            for lane in lanes:
-                lane.cells = _halve_max(lane.cells, odd, self.size)
+        for key, cells in self.rows.items():
+            self.rows[key] = _halve_max(cells, odd, self.size)
         self.ended_ok = _halve_sum(self.ended_ok, odd, self.size)
         self.ended_bad = _halve_sum(self.ended_bad, odd, self.size)
-        self.busy = _halve_sum(self.busy, odd, self.size)
+        self._busy = _halve_sum(self._busy, odd, self.size)
         assert self.level is not None
         self.level += 1
         self.origin >>= 1
@@ -295,16 +355,22 @@ class Timeline:
             self.extent = (self.extent[0] >> 1, self.extent[1] >> 1)
 
     def _shift(self, origin: int) -> None:
+        self._settle_busy()
         by = origin - self.origin
-        for lanes in self.groups.values():
-            for lane in lanes:
-                lane.cells = _moved_cells(lane.cells, by)
+        for key, cells in self.rows.items():
+            self.rows[key] = _moved_cells(cells, by)
         self.ended_ok = _moved_series(self.ended_ok, by)
         self.ended_bad = _moved_series(self.ended_bad, by)
-        self.busy = _moved_series(self.busy, by)
+        self._busy = _moved_series(self._busy, by)
         self.origin = origin
 
     # -- reading ------------------------------------------------------------------------------
+    @property
+    def busy(self) -> list[float]:
+        """Slot-seconds busy per cell."""
+        self._settle_busy()
+        return self._busy
+
     def span(self) -> tuple[float, float] | None:
         """(first start, last end) of the attempts drawn; None when none began."""
         if self.first is None or self.last is None:
@@ -320,9 +386,13 @@ class Timeline:
         """The time a cell begins at."""
         return (self.origin + position) * self.width
 
-    def names(self) -> list[tuple[str, str]]:
-        """The (host, element) groups in natural order."""
-        return sorted(self.groups, key=lambda g: (natural(g[0]), natural(g[1])))
+    def row_keys(self) -> list[RowKey]:
+        """The rows in natural order (hosts, elements, slots; the other hosts last)."""
+        return sorted(self.rows, key=_row_order)
+
+    def lanes(self, group: tuple[str, str]) -> int:
+        """How many lanes ``group`` (host, element) ran in."""
+        return len(self.frees.get(group, ()))
 
     def biggest(self, measure: str) -> list[tuple[float, int, int, str]]:
         """The attempts that used most, largest first: ``(peak KiB or CPU seconds, task,
@@ -331,22 +401,28 @@ class Timeline:
         return sorted(top, reverse=True)  # type: ignore[arg-type]
 
 
-def slot_for(frees: list[float], start: float, end: float) -> int:
-    """The lane an attempt of [start, end] takes among lanes free from ``frees`` (one added
-    when none is free by its start, within :data:`OVERLAP`), its end noted: the lane free
-    from the latest moment not after ``start``, so that the lanes are as few as the most
-    attempts that ran at one moment."""
-    best = -1
-    for i, free in enumerate(frees):
-        if free <= start + OVERLAP and (best < 0 or free > frees[best]):
-            best = i
-    if best < 0:
+_OTHER: Final[RowKey] = (OTHER_HOSTS, None, None)
+
+
+def _row_order(key: RowKey) -> tuple[object, ...]:
+    host, element, slot = key
+    return (host == OTHER_HOSTS, natural(host), natural(element or ""), slot or 0)
+
+
+def slot_for(frees: list[tuple[float, int]], start: float, end: float) -> int:
+    """The lane an attempt of [start, end] takes among lanes ``frees`` (``(free from,
+    lane)`` in order), a new one when none is free by its start (within :data:`OVERLAP`);
+    its end noted. It takes the lane free from the latest moment not after its start, so
+    that the lanes are as few as the most attempts that ran at one moment."""
+    i = bisect.bisect_right(frees, (start + OVERLAP, math.inf)) - 1
+    if i < 0:
         if len(frees) < MAX_SLOTS:
-            frees.append(end)
+            bisect.insort(frees, (end, len(frees)))
             return len(frees) - 1
-        best = min(range(len(frees)), key=frees.__getitem__)  # more than any element runs
-    frees[best] = max(frees[best], end)
-    return best
+        i = 0  # more side by side than any element runs: the lane free soonest
+    free, lane = frees.pop(i)
+    bisect.insort(frees, (max(free, end), lane))
+    return lane
 
 
 class Slots:
@@ -354,7 +430,7 @@ class Slots:
     are (:func:`slot_for`): for ``status --advise``, the ``--jobs`` a run did not record."""
 
     def __init__(self) -> None:
-        self._frees: dict[str, list[float]] = {}
+        self._frees: dict[str, list[tuple[float, int]]] = {}
 
     def add(self, a: Attempt) -> None:
         if a.start is None or a.end is None:

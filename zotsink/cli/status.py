@@ -204,22 +204,33 @@ def status_cmd(
         sys.exit(0 if report.to_run else 1)
     if watch:
         report = _watch(read, interval, report)
+    said = _said(report, as_json)
+    if failed or html_path is not None or by is not None or advise:
+        # each of these reads the ledger again: the tally (a few bytes per task, and the
+        # task list) is let go first, so that one is in memory at a time
+        report = report._replace(states={})
     listed: list[dict[str, Any]] | None = None
     grouped: list[dict[str, Any]] = []
     by_rows: list[dict[str, Any]] = []
     if log is None:
         log = f"{out}.log" if out is not None else _log_beside(path)
-    if failed or html_path is not None:
-        from .. import failed_tasks, failure_tail, group_failures
+
+    def failures() -> tuple[list[FailedTask], str | None]:
+        from .. import failed_tasks, failure_tail
 
         # more lines than shown: a traceback's last frame is shown whole (failure_tail)
         read_lines = max(last, TAIL_READ) if last else 0
         found, note = run_api(
             lambda: failed_tasks(tasks, path, log, last=read_lines, lock=lock, timeout=timeout)
         )
+        return [t._replace(stderr=failure_tail(t.stderr, last)) for t in found], note
+
+    if failed or html_path is not None:
+        from .. import group_failures
+
+        found, note = failures()
         if note is not None:
             click.echo(f"zotsink: note: {note}", err=True)
-        found = [t._replace(stderr=failure_tail(t.stderr, last)) for t in found]
         groups = group_failures(found)
         if not failed:
             pass
@@ -231,9 +242,19 @@ def status_cmd(
         else:
             _print_groups(groups)
         if html_path is not None:
-            _write_page(html_path, tasks, path, report, groups, lock, timeout)
+            page = html_path
+            _write_page(page, tasks, path, report, groups, lock, timeout)
+
+            def draw(now: StatusReport) -> StatusReport:
+                nonlocal said
+                said = _said(now, as_json)
+                now = now._replace(states={})  # its tally let go (the only reference)
+                again = group_failures(failures()[0])
+                _write_page(page, tasks, path, now, again, lock, timeout, quiet=True)
+                return now
+
             if refresh is not None:
-                report = _refresh(html_path, refresh, read, tasks, path, log, report, lock, timeout)
+                report = _refresh(html_path, refresh, read, draw, report)
     if by is not None:
         from .. import attempts_by, iter_attempts
 
@@ -252,7 +273,7 @@ def status_cmd(
             for line in advice_lines(advice, scheduler):
                 click.echo(f"zotsink: {line}", err=True)
     if as_json:
-        d = report.to_dict()
+        d = said[1]
         if listed is not None:
             d["failed"] = listed
             d["failure_groups"] = grouped
@@ -262,9 +283,15 @@ def status_cmd(
             d["advice"] = advice.to_dict()
         print_json(d)
     if not watch or not as_json:
-        for line in status_lines(report):
+        for line in said[0]:
             click.echo(f"zotsink: {line}", err=True)
     sys.exit(0 if report.all_ok else 1)
+
+
+def _said(report: StatusReport, as_json: bool) -> tuple[list[str], dict[str, Any]]:
+    """What the report says at the end, in words and as --json, taken while its tally is
+    at hand."""
+    return status_lines(report), report.to_dict() if as_json else {}
 
 
 def status_lines(report: StatusReport) -> list[str]:
@@ -476,32 +503,22 @@ def _refresh(
     html_path: str,
     every: float,
     read: Callable[..., StatusReport],
-    tasks: str,
-    ledger: str,
-    log: str,
+    draw: Callable[[StatusReport], StatusReport],
     report: StatusReport,
-    lock: str,
-    timeout: float,
 ) -> StatusReport:
-    """Write the page again every ``every`` seconds until nothing runs or waits to run, or
-    a stop signal (Ctrl-C, SIGTERM) comes; the last report."""
+    """Draw the page again every ``every`` seconds until nothing runs or waits to run, or a
+    stop signal (Ctrl-C, SIGTERM) comes; the last report (``draw`` gives it back without
+    its tally)."""
     import select
 
-    from .. import Stopper, failed_tasks, failure_tail, group_failures
+    from .. import Stopper
 
     with Stopper() as stopper:
         while not report.settled and stopper.signum is None:
             ready, _, _ = select.select([stopper.wakeup_fd], [], [], every)
             if ready or stopper.signum is not None:
                 break
-            report = read(wait_scheduler=every / 2)
-            found, _note = run_api(
-                lambda: failed_tasks(tasks, ledger, log, last=TAIL_READ, lock=lock, timeout=timeout)
-            )
-            found = [t._replace(stderr=failure_tail(t.stderr, 5)) for t in found]
-            _write_page(
-                html_path, tasks, ledger, report, group_failures(found), lock, timeout, quiet=True
-            )
+            report = draw(read(wait_scheduler=every / 2))
     if stopper.signum is not None:
         click.echo(f"zotsink: stopped refreshing {html_path}", err=True)
     else:
