@@ -5,7 +5,8 @@ Turn about, R rounds of each (the order turned every round), N tasks or calls a 
 
     command, measured     what the run adds for a command that ended, beyond wait4: the
                           OOM count noted before it (one pread), the run's floor (one
-                          getrusage), the usage read from wait4's rusage, the OOM judged
+                          getrusage; its own peak read where that cannot tell), the
+                          usage read from wait4's rusage, the OOM judged
     command, not measured the same loop without them
     call, measured        a no-op FUNC(line) between CallMeter.begin() and .end(): the
                           peak reset (/proc/self/clear_refs), VmHWM read, four getrusage
@@ -38,9 +39,9 @@ from zotsink._run.usage import (  # noqa: E402  (the tree this script is in, not
     CallMeter,
     OomCounter,
     OomWatch,
+    SpawnFloor,
     command_usage,
     reap,
-    spawn_floor,
 )
 
 
@@ -51,18 +52,20 @@ def per_op(loop: Callable[[int], None], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def command_measured(counter: OomCounter, rusage: object) -> Callable[[int], None]:
+def command_measured(
+    counter: OomCounter, floor: SpawnFloor, rusage: object
+) -> Callable[[int], None]:
     def loop(n: int) -> None:
         for _ in range(n):
             watch = OomWatch(counter)
             watch.before()
-            usage = command_usage(rusage, floor_kib=spawn_floor(), oom=watch.after(None))
+            usage = command_usage(rusage, floor=floor, oom=watch.after(None))
             del usage
 
     return loop
 
 
-def command_bare(counter: OomCounter, rusage: object) -> Callable[[int], None]:
+def command_bare(counter: OomCounter, floor: SpawnFloor, rusage: object) -> Callable[[int], None]:
     def loop(n: int) -> None:
         for _ in range(n):
             usage = rusage
@@ -94,14 +97,14 @@ def call_bare(meter: CallMeter) -> Callable[[int], None]:
     return loop
 
 
-def processes(measured: bool) -> Callable[[int], None]:
+def processes(floor: SpawnFloor, measured: bool) -> Callable[[int], None]:
     def loop(n: int) -> None:
         for _ in range(n):
             p = subprocess.Popen(["/bin/true"])
             if measured:
                 got = reap(p, block=True)
                 assert got is not None
-                command_usage(got.rusage, floor_kib=spawn_floor())
+                command_usage(got.rusage, floor=floor)
             else:
                 p.wait()
 
@@ -150,6 +153,7 @@ def main() -> None:
     )
     print(f"# {' '.join(sys.argv)}")
     counter = OomCounter()
+    floor = SpawnFloor()
     meter = CallMeter()
     p = subprocess.Popen(["/bin/true"])
     got = reap(p, block=True)
@@ -161,8 +165,8 @@ def main() -> None:
     us = 1e-6
     results = turn_about(
         {
-            "command, measured": command_measured(counter, got.rusage),
-            "command, not measured": command_bare(counter, got.rusage),
+            "command, measured": command_measured(counter, floor, got.rusage),
+            "command, not measured": command_bare(counter, floor, got.rusage),
         },
         args.rounds,
         args.number,
@@ -175,7 +179,10 @@ def main() -> None:
     )
     show(f"per function call ({args.number:,} a round):", results, us, "us")
     results = turn_about(
-        {"/bin/true, reap": processes(True), "/bin/true, Popen.wait": processes(False)},
+        {
+            "/bin/true, reap": processes(floor, True),
+            "/bin/true, Popen.wait": processes(floor, False),
+        },
         args.rounds,
         args.processes,
     )

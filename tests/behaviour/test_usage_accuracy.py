@@ -13,7 +13,10 @@ instruments, not of two runs on a loaded machine:
   second worker that calls nothing, is taken off time's CPU figure.
 
 The peak must be within 10 % of time's "Maximum resident set size", the CPU (user + system)
-within 10 % or 20 ms (time prints hundredths of a second). A function whose peak is reset
+within 10 % or 20 ms (time prints hundredths of a second). A command the run starts itself
+peaks as time says it does in a run of its own; one smaller than the run is not measured
+(the kernel counts the run's size in its child's peak), never given the run's size. A
+function whose peak is reset
 between two calls (300 MB, then 50 MB) reports about 50 MB for the second. A task killed by
 the kernel for memory in a cgroup limited to it is named oom, one killed by SIGKILL from
 elsewhere is not (as root, where a memory cgroup can be made; else skipped, saying why).
@@ -40,11 +43,11 @@ MB = 1 << 20
 #: The run's side: starts the command, collects it with its usage as the engine does.
 ENGINE = r"""
 import json, subprocess, sys
-from zotsink._run.usage import command_usage, reap, spawn_floor
+from zotsink._run.usage import SpawnFloor, command_usage, reap
 p = subprocess.Popen(sys.argv[1:], stderr=subprocess.PIPE)
 err = p.stderr.read()
 got = reap(p, block=True)
-usage = command_usage(got.rusage, floor_kib=spawn_floor())
+usage = command_usage(got.rusage, floor=SpawnFloor())
 print(json.dumps({"code": got.returncode, "usage": usage._asdict(), "time": err.decode()}))
 """
 
@@ -197,11 +200,11 @@ def test_a_command_started_by_the_run_itself(tmp_path: Path, mb: int) -> None:
 #: child's peak, which is then not the task's.
 BIG_RUN = r"""
 import json, subprocess
-from zotsink._run.usage import command_usage, reap, spawn_floor
+from zotsink._run.usage import SpawnFloor, command_usage, reap
 ballast = b"r" * (200 << 20)
 got = reap(subprocess.Popen(["/bin/true"]), block=True)
 print(json.dumps({"maxrss": got.rusage.ru_maxrss,
-                  "usage": command_usage(got.rusage, floor_kib=spawn_floor())._asdict()}))
+                  "usage": command_usage(got.rusage, floor=SpawnFloor())._asdict()}))
 """
 
 

@@ -96,7 +96,15 @@ def test_many_attempts_are_drawn_in_cells_and_bounded() -> None:
     assert len(page) < 1_000_000
     assert 'class="attempt' not in page  # too many to draw one by one
     assert lanes(page) == {"7[0]": ["0"], "7[1]": ["0"]}
-    assert 'data-status="failed"' in page and 'class="bars"' in page
+    # each failure's bar where its attempt ran, however many bars come before it
+    t0, t1 = T0, T0 + 30_000
+    failed = {n // 2 for n in range(60_000) if n % 97 == 0}
+    at = [190 + (t0 + k + 0.5 - t0) / (t1 - t0) * 800 for k in sorted(failed)]
+    bars = re.findall(r'class="bars" data-status="failed" d="([^"]+)"', page)
+    assert len(bars) == 2
+    xs = [float(x) for d in bars for x in re.findall(r"M([\d.]+) ", d)]
+    assert len(xs) >= len(failed) // 2
+    assert all(min(abs(x - a) for a in at) < 1.5 for x in xs)
 
 
 def test_write_page_puts_it_whole(tmp_path: Path) -> None:

@@ -21,13 +21,13 @@ from zotsink._run.usage import (
     CallMeter,
     OomCounter,
     OomWatch,
+    SpawnFloor,
     Usage,
     command_usage,
     memory_cgroup_file,
     oom_kills,
     peak_from_status,
     reap,
-    spawn_floor,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -49,15 +49,30 @@ def test_reap_hands_over_the_code_and_the_usage_and_leaves_popen_answering() -> 
     assert reap(p) == (0, None)  # collected: its usage was handed over once
 
 
+#: A small run: starts argv, collects it with its usage (what the engine does).
+RUN = r"""
+import json, subprocess, sys
+from zotsink._run.usage import SpawnFloor, command_usage, reap
+got = reap(subprocess.Popen(sys.argv[1:]), block=True)
+usage = command_usage(got.rusage, floor=SpawnFloor())
+print(json.dumps({"code": got.returncode, "usage": usage._asdict(), "cpu": usage.cpu_s}))
+"""
+
+
+def run(*argv: str) -> dict:  # type: ignore[type-arg]
+    r = subprocess.run([sys.executable, "-c", RUN, *argv], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
 def test_a_command_s_peak_and_cpu_and_its_exit() -> None:
-    p = subprocess.Popen([sys.executable, "-c", ALLOC, "80", "3"])
-    got = reap(p, block=True)
-    assert got is not None and got.returncode == 3
-    usage = command_usage(got.rusage)
-    assert usage.peak_kib is not None and 80 * 1024 < usage.peak_kib < 200 * 1024
-    assert usage.user_s is not None and usage.sys_s is not None
-    assert usage.cpu_s == usage.user_s + usage.sys_s
-    assert usage.oom is False
+    got = run(sys.executable, "-c", ALLOC, "80", "3")
+    usage = got["usage"]
+    assert got["code"] == 3
+    assert usage["peak_kib"] is not None and 80 * 1024 < usage["peak_kib"] < 200 * 1024
+    assert usage["user_s"] is not None and usage["sys_s"] is not None
+    assert got["cpu"] == usage["user_s"] + usage["sys_s"]
+    assert usage["oom"] is False
 
 
 def test_a_signal_is_a_negative_code() -> None:
@@ -79,16 +94,46 @@ def test_a_peak_no_larger_than_the_run_s_is_not_measured() -> None:
     class Rusage:
         ru_maxrss, ru_utime, ru_stime = 40_000, 0.5, 0.25
 
-    assert command_usage(Rusage(), floor_kib=40_000).peak_kib is None
-    assert command_usage(Rusage(), floor_kib=39_999).peak_kib == 40_000
+    assert command_usage(Rusage(), floor=40_000).peak_kib is None
+    assert command_usage(Rusage(), floor=39_999).peak_kib == 40_000
     assert command_usage(Rusage()).peak_kib == 40_000
-    assert command_usage(Rusage(), floor_kib=50_000) == Usage(None, 0.5, 0.25, False)
+    assert command_usage(Rusage(), floor=50_000) == Usage(None, 0.5, 0.25, False)
     assert command_usage(Rusage(), oom=True).oom is True
 
 
-def test_spawn_floor_is_this_process_s_peak() -> None:
-    floor = spawn_floor()
-    assert floor == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+#: A run started by a large process: the kernel counts its starter's size in its own
+#: getrusage figure, not in its own peak (VmHWM); the floor is the run's own.
+FLOOR = r"""
+import json, resource
+from zotsink._run.usage import SpawnFloor, peak_from_status
+floor = SpawnFloor()
+bound = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+own = peak_from_status(open("/proc/self/status", "rb").read())
+print(json.dumps({"bound": bound, "own": own, "above_own": floor.covers(own + 20_000),
+                  "own_peak": floor.covers(own), "above_bound": floor.covers(bound + 1)}))
+"""
+BIG_STARTER = r"""
+import subprocess, sys
+ballast = b"s" * (300 << 20)
+sys.exit(subprocess.run([sys.executable, "-c", sys.argv[1]]).returncode)
+"""
+
+
+def test_the_floor_is_the_run_s_own_peak_not_its_starter_s() -> None:
+    r = subprocess.run([sys.executable, "-c", BIG_STARTER, FLOOR], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    got = json.loads(r.stdout)
+    assert got["bound"] > 300 * 1024 > got["own"]  # getrusage says the starter's size
+    assert got["above_own"] is False  # a child above the run's own peak: its own
+    assert got["own_peak"] is True  # no more than the run's: not the child's own
+    assert got["above_bound"] is False
+
+
+def test_a_floor_that_cannot_read_its_peak_says_covered_up_to_getrusage() -> None:
+    with SpawnFloor(proc="/nonexistent") as floor:
+        bound = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert floor.covers(bound) is True
+        assert floor.covers(bound + 1) is False
 
 
 def test_peak_from_status() -> None:

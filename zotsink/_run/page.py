@@ -313,12 +313,11 @@ def _cell_bars(tl: Timeline, row: _Row, x_of: Callable[[float], float]) -> str:
     y = row.y + row.h / 2
     stroke = max(0.6, row.h - (1 if row.h >= 3 else 0))
     for code, bars in sorted(ends.items()):
-        d = [f"M{bars[0][0]:.1f} {y:.1f}h{bars[0][1] - bars[0][0]:.1f}"]
-        for prev, bar in zip(bars, bars[1:]):
-            d.append(f"m{bar[0] - prev[1]:.1f} 0h{bar[1] - bar[0]:.1f}")
+        # each bar from where it begins: relative moves would add up their rounding
+        d = "".join(f"M{x0:.1f} {y:.1f}h{x1 - x0:.1f}" for x0, x1 in bars)
         state = STATES_DRAWN[code - 1]
         out.append(
-            f'<path class="bars" data-status="{state}" d="{"".join(d)}" '
+            f'<path class="bars" data-status="{state}" d="{d}" '
             f'stroke="{COLOURS.get(state, "#000")}" stroke-width="{stroke:.1f}" fill="none"/>'
         )
     return "".join(out)

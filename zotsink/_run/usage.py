@@ -8,9 +8,9 @@ few system calls per task.
   process or of any process it waited for, one at a time: a command's peak is its
   largest process's, never the sum of its tree (as ``/usr/bin/time`` says). The kernel
   counts in a child's peak the size of the process that started it (its memory is the
-  child's until ``exec``), so a peak no larger than the starting process's own (the
-  ``floor_kib`` the engine passes, :func:`spawn_floor`) says only "no more than that":
-  it is not measured, never given as the task's.
+  child's until ``exec``), so a peak no larger than the starting process's own (its
+  :class:`SpawnFloor`) says only "no more than that": it is not measured, never given as
+  the task's.
 - A function (``run --call``): a :class:`CallMeter` inside the worker process resets the
   process's peak before each call (``/proc/self/clear_refs``) and reads it after
   (``VmHWM`` of ``/proc/self/status``), and takes the CPU time the call and the processes
@@ -27,6 +27,7 @@ imports nothing of the engine: the engine calls it (see each name's docstring).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -44,13 +45,13 @@ __all__ = [
     "OomCounter",
     "OomWatch",
     "Reaped",
+    "SpawnFloor",
     "Usage",
     "command_usage",
     "memory_cgroup_file",
     "oom_kills",
     "peak_from_status",
     "reap",
-    "spawn_floor",
 ]
 
 
@@ -79,6 +80,18 @@ _MAXRSS_BYTES: Final = sys.platform == "darwin"
 
 def _kib(maxrss: int) -> int:
     return maxrss // 1024 if _MAXRSS_BYTES else maxrss
+
+
+_VMHWM: Final = re.compile(rb"VmHWM:\s*(\d+)\s*kB")
+#: Bytes read of ``/proc/self/status``: all of it (it is a page at most).
+_STATUS_READ: Final = 1 << 14
+
+
+def peak_from_status(status: bytes) -> int | None:
+    """``VmHWM`` (the peak resident size, KiB) of a ``/proc/PID/status`` text; None when it
+    has none (a kernel thread, a zombie, not Linux)."""
+    m = _VMHWM.search(status)
+    return int(m.group(1)) if m else None
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -125,46 +138,75 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def spawn_floor() -> int | None:
-    """The most the kernel may have counted, in KiB, in the peak of a child this process
-    started (this process's own peak so far); None where it cannot say.
+class SpawnFloor:
+    """How much of a child's peak may be this process's own size: the kernel counts in the
+    peak of a child the peak of the process that started it (``VmHWM``: its memory was the
+    child's until ``exec``). One per run, asked about each command it collects
+    (:meth:`covers`).
 
-    The engine reads it when it collects a command's process (after the start, so never
-    less than it was at the start: one ``getrusage``) and passes it to
-    :func:`command_usage`."""
-    if resource is None:
-        return None
-    return _kib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    This process's peak is read from ``/proc/self/status`` only when ``getrusage`` cannot
+    tell alone: its figure is never below that peak, but may be the size of the process
+    that started this one (counted in this one's figure the same way); once the two agree
+    they agree for good (the peak only grows), and ``getrusage`` answers alone.
+    """
+
+    def __init__(self, proc: str = "/proc/self") -> None:
+        self._status = -1
+        self._same = False  # getrusage's figure is this process's own peak
+        with contextlib.suppress(OSError):
+            self._status = os.open(f"{proc}/status", os.O_RDONLY | os.O_CLOEXEC)
+
+    def covers(self, peak_kib: int) -> bool:
+        """Whether a child's ``peak_kib``, read after the child ended, may be no more than
+        this process's size counted in it (then it is not the child's own)."""
+        if resource is None:
+            return True
+        bound = _kib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        if peak_kib > bound:
+            return False
+        if self._same or self._status < 0:
+            return True
+        try:
+            own = peak_from_status(os.pread(self._status, _STATUS_READ, 0))
+        except OSError:
+            own = None
+        if own is None:
+            return True
+        self._same = own >= bound
+        return peak_kib <= own
+
+    def close(self) -> None:
+        if self._status >= 0:
+            os.close(self._status)
+        self._status = -1
+
+    def __enter__(self) -> SpawnFloor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def command_usage(rusage: Any, *, floor_kib: int | None = None, oom: bool = False) -> Usage:
+def command_usage(
+    rusage: Any, *, floor: SpawnFloor | int | None = None, oom: bool = False
+) -> Usage:
     """A command's usage from the ``rusage`` :func:`reap` collected (None: not measured).
 
-    ``floor_kib``: :func:`spawn_floor` of the process that started it. A peak no larger is
-    not the command's own (the kernel counts the starting process's size in its child's
-    peak): not measured. Without ``floor_kib`` the peak is taken as it is: right for a
-    process started by a small one (a shell, ``/usr/bin/time``), and for the engine's
-    tasks when it knows its own size is below theirs."""
+    ``floor``: the :class:`SpawnFloor` of the process that started it (or a size in KiB).
+    A peak it covers is not the command's own (the kernel counts the starting process's
+    size in its child's peak): not measured. Without ``floor`` the peak is taken as it is:
+    right for a command started by a small process (a shell, ``/usr/bin/time``)."""
     if rusage is None:
         return Usage(None, None, None, oom)
     peak: int | None = _kib(rusage.ru_maxrss)
-    if floor_kib is not None and peak is not None and peak <= floor_kib:
-        peak = None
+    if peak is not None and floor is not None:
+        covered = peak <= floor if isinstance(floor, int) else floor.covers(peak)
+        if covered:
+            peak = None
     return Usage(peak, rusage.ru_utime, rusage.ru_stime, oom)
 
 
 # -- function calls -------------------------------------------------------------------------
-
-_VMHWM: Final = re.compile(rb"VmHWM:\s*(\d+)\s*kB")
-#: Bytes read of ``/proc/self/status``: all of it (it is a page at most).
-_STATUS_READ: Final = 1 << 14
-
-
-def peak_from_status(status: bytes) -> int | None:
-    """``VmHWM`` (the peak resident size, KiB) of a ``/proc/PID/status`` text; None when it
-    has none (a kernel thread, a zombie, not Linux)."""
-    m = _VMHWM.search(status)
-    return int(m.group(1)) if m else None
 
 
 class CallMeter:
