@@ -72,8 +72,14 @@ _LAZY = {
     "group_failures": "zotsink._run.failures",
     "failure_tail": "zotsink._run.failures",
     "FailureGroup": "zotsink._run.failures",
-    "status_page": "zotsink._run.report",
-    "write_status_page": "zotsink._run.report",
+    "status_page": "zotsink._run.page",
+    "write_page": "zotsink._run.page",
+    "iter_attempts": "zotsink._run.report",
+    "advise": "zotsink._run.advise",
+    "Advice": "zotsink._run.advise",
+    "TaskUse": "zotsink._run.advise",
+    "UseTally": "zotsink._run.advise",
+    "Slots": "zotsink._run.timeline",
     "attempts_by": "zotsink._run.report",
     "Attempt": "zotsink._run.report",
     "read_attempts": "zotsink._run.report",
@@ -145,16 +151,17 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._read import committed_chunks, iter_snapshot, read_records, snapshot
     from ._recover import RecoverReport, recover
     from ._run.add import add_tasks
+    from ._run.advise import Advice, TaskUse, UseTally, advise
     from ._run.close import close_tasks, read_control, stop_runs
     from ._run.failures import FailedTask, FailureGroup, failure_tail, group_failures
+    from ._run.page import status_page, write_page
     from ._run.report import (
         Attempt,
         attempts_by,
+        iter_attempts,
         rate_text,
         read_attempts,
         read_ledger,
-        status_page,
-        write_status_page,
     )
     from ._run.runner import RunReport, run_tasks, task_states
     from ._run.runs import LiveRuns, RunInfo, read_runs
@@ -169,6 +176,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
         task_status,
         tasks_in,
     )
+    from ._run.timeline import Slots
     from ._stream import StreamReport, append_stream
     from .errors import (
         HeaderMismatch,

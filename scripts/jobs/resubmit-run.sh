@@ -15,7 +15,7 @@
 # as they are.
 #
 # It refuses (exit 3, submitting nothing) while a job that ran tasks of the ledger (its
-# jobs: `zotsink status --jobs`), or one named in JOBID, still has elements queued or
+# jobs: `zotsink status --job-ids`), or one named in JOBID, still has elements queued or
 # running: resubmitted now, they would run twice. It asks the scheduler (Slurm `squeue -h -j ID`, SGE
 # `qstat -j ID`, PBS `qstat ID[]`); when the scheduler cannot be asked (no such command, or
 # it fails for another reason than an unknown job), it says so and goes on. --force
@@ -69,11 +69,11 @@ esac
 states=()
 [ -z "${STATES:-}" ] || states=(--state "$STATES")
 
-# Job ids that ran tasks of the ledger (`zotsink status --jobs`; a job of a named cluster
+# Job ids that ran tasks of the ledger (`zotsink status --job-ids`; a job of a named cluster
 # is CLUSTER:JOB there, asked here by its number), and those named in JOBID.
 ledger_jobs() {
     if [ -f "$LEDGER" ]; then
-        "${zotsink[@]}" status "$TASKS" --ledger "$LEDGER" --jobs | sed 's/.*://'
+        "${zotsink[@]}" status "$TASKS" --ledger "$LEDGER" --job-ids | sed 's/.*://'
     fi
     tr ',' '\n' <<<"${JOBID:-}"
 }

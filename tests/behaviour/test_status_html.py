@@ -1,5 +1,12 @@
 """``zotsink status --html FILE`` draws one self-contained page, checked in a real browser
-(headless Chromium: a screenshot, and the DOM it built); ``status --by`` as a table.
+(headless Chromium: a screenshot, the DOM it built, its console); ``status --by`` as a table;
+``--html FILE --refresh S`` rewrites the page while runs live.
+
+The large page is drawn from a ledger of 100,000 tasks run by 64 array elements two at a
+time (tests/behaviour/synthetic.py writes it row by row): within 2,000 pixels of height and
+5 MB, two lanes for each element, a lost attempt ending where its run's rows end, an axis
+from the first start to the last end, nothing in the console; and ``status --by`` and
+``--html`` there within 1.5 times the memory of plain ``status``.
 
 Chromium is installed by scripts/test (as root); where it is missing the browser test
 skips with the reason, except where ZOTSINK_CLUSTER_REQUIRED=1 (CI) makes that a failure.
@@ -13,7 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -51,11 +58,14 @@ def two_elements(tmp_path: Path, zotsink: Run) -> Path:
 
 
 class _Svg(HTMLParser):
-    """What the page's DOM holds: attempts of the timeline, bins of the histogram, counts."""
+    """What the page's DOM holds: attempts and lanes of the timeline, bins of the histogram,
+    counts."""
 
     def __init__(self) -> None:
         super().__init__()
         self.attempts: list[dict[str, str]] = []
+        self.lanes: list[dict[str, str]] = []
+        self.timeline: dict[str, str] = {}
         self.bins: list[int] = []
         self.counts: dict[str, str] = {}
         self.tags: set[str] = set()
@@ -64,8 +74,12 @@ class _Svg(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         self.tags.add(tag)
-        if tag == "rect" and a.get("class") == "attempt":
+        if tag == "rect" and a.get("class", "").split()[:1] == ["attempt"]:
             self.attempts.append(a)
+        elif tag == "g" and a.get("class") == "lane":
+            self.lanes.append(a)
+        elif tag == "svg" and a.get("id") == "timeline":
+            self.timeline = a
         elif tag == "rect" and a.get("class") == "bin":
             self.bins.append(int(a["data-count"]))
         elif tag == "div" and "data-state" in a:
@@ -219,3 +233,270 @@ def test_html_page_in_a_real_browser(tmp_path: Path, zotsink: Run) -> None:
     assert sorted(int(a["data-task"]) for a in dom.attempts) == list(range(1, 41))
     assert sum(dom.bins) == 40
     assert dom.counts == {"ok": "35", "failed": "5"}
+
+
+def content_height(shot: Path) -> int:
+    """The lowest row of the screenshot that is not page background: the page's height."""
+    from PIL import Image
+
+    with Image.open(shot) as im:
+        rgb = im.convert("RGB")
+    width, height = rgb.size
+    pixels = rgb.load()
+    for y in range(height - 1, -1, -1):
+        if any(pixels[x, y] != (255, 255, 255) for x in range(0, width, 2)):
+            return y + 1
+    return 0
+
+
+def console(stderr: bytes) -> list[str]:
+    """What the page said in the browser's console (with --enable-logging=stderr)."""
+    return [line for line in stderr.decode(errors="replace").splitlines() if ":CONSOLE" in line]
+
+
+def look(tmp_path: Path, page: Path, name: str) -> tuple[int, list[str], _Svg]:
+    """(content height in pixels at 1,200 wide, console lines, the DOM) of ``page``."""
+    shot = tmp_path / f"{name}.png"
+    url = page.as_uri()
+    r = browser(
+        tmp_path,
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--screenshot={shot}",
+        "--window-size=1200,4000",
+        url,
+    )
+    assert shot.exists(), r.stderr.decode()[-2000:]
+    said = console(r.stderr)
+    r = browser(tmp_path, "--dump-dom", url)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    return content_height(shot), said, parse(r.stdout.decode())
+
+
+def test_the_console_scan_sees_what_a_page_says(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><script>console.error('boom'); nosuch();</script></body></html>")
+    height, said, _ = look(tmp_path, bad, "bad")
+    assert any('"boom"' in line for line in said) and any("nosuch" in line for line in said)
+    assert height == 0  # an empty page: no content
+
+
+def test_a_large_run_in_a_real_browser(tmp_path: Path, zotsink: Run) -> None:
+    from tests.behaviour.synthetic import write_run
+
+    run = write_run(tmp_path)
+    r = zotsink("status", "tasks.txt", "out.tsv", "--html", "page.html")
+    assert r.returncode == 1, r.stderr  # failed and killed tasks
+    assert b"zotsink: wrote page.html (100002 attempts)" in r.stderr
+    page = tmp_path / "page.html"
+    assert page.stat().st_size <= 5_000_000
+    height, said, dom = look(tmp_path, page, "large")
+    assert 600 < height <= 2000
+    assert said == []
+    # a lane per slot: each element ran two at a time
+    per_element: dict[str, set[str]] = {}
+    for lane in dom.lanes:
+        per_element.setdefault(lane["data-element"], set()).add(lane["data-slot"])
+    assert per_element == {element: {"0", "1"} for element in run.elements}
+    # the axis spans the run, from its first start to its last end (not the page's moment)
+    t0, t1 = float(dom.timeline["data-t0"]), float(dom.timeline["data-t1"])
+    assert abs(t0 - run.first_start) < 1e-5 and abs(t1 - run.last_end) < 1e-5
+    x0, x1 = float(dom.timeline["data-x0"]), float(dom.timeline["data-x1"])
+    # the lost attempts end where their run's last row is
+    lost = {int(a["data-task"]): a for a in dom.attempts if a["data-status"] == "lost"}
+    assert sorted(lost) == sorted(run.lost)
+    for task, rect in lost.items():
+        end = float(rect["data-end"])
+        assert abs(end - run.lost[task]) < 1e-5
+        left, width = float(rect["x"]), float(rect["width"])
+        at = x0 + (end - t0) / (t1 - t0) * (x1 - x0)
+        # its right edge is its end (a bar shorter than the least width drawn ends past it)
+        assert abs(left + width - at) < 0.05 or (width == 0.6 and left - 0.01 <= at <= left + width)
+
+
+def test_a_large_run_with_what_it_used(tmp_path: Path) -> None:
+    """The same page with every attempt's peak and CPU (as the engine will record them):
+    the memory section stays within the page's bounds."""
+    import random
+
+    import zotsink
+    from tests.behaviour.synthetic import write_run
+
+    run = write_run(tmp_path)
+    rng = random.Random(1)
+    report = zotsink.task_status(run.tasks, run.ledger)
+    found, _ = zotsink.failed_tasks(run.tasks, run.ledger, run.log)
+
+    def measured() -> Iterator[zotsink.Attempt]:
+        for a in zotsink.iter_attempts(run.tasks, run.ledger):
+            if a.seconds is not None:
+                cpu = a.seconds * rng.uniform(0.5, 1.0)
+                a = a._replace(peak_kib=rng.randint(300_000, 400_000), user_s=cpu, sys_s=0.01)
+            yield a
+
+    page = tmp_path / "used.html"
+    zotsink.write_page(page, zotsink.status_page(report, measured(), zotsink.group_failures(found)))
+    assert page.stat().st_size <= 5_000_000
+    height, said, _ = look(tmp_path, page, "used")
+    assert 600 < height <= 2000
+    assert said == []
+    text = page.read_text()
+    assert "Measured for 100000 of 100000 ended attempts" in text
+
+
+def test_views_of_a_large_run_use_the_memory_plain_status_does(tmp_path: Path) -> None:
+    from tests.behaviour.synthetic import write_run
+
+    write_run(tmp_path)
+
+    def peak(*args: str) -> int:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "zotsink", "status", "tasks.txt", "out.tsv", *args],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _, status, rusage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        assert p.returncode == 1
+        return int(rusage.ru_maxrss)
+
+    plain = peak()
+    assert peak("--by", "element") <= 1.5 * plain
+    assert peak("--html", "page.html") <= 1.5 * plain
+
+
+#: Task "a" runs until the file "go" exists; the others end at once.
+WAITS = """
+import os, sys, time
+while sys.argv[1] == "a" and not os.path.exists("go"):
+    time.sleep(0.01)
+print(sys.argv[1])
+"""
+
+
+def test_refresh_rewrites_the_page_while_runs_live(tmp_path: Path, zotsink: Run) -> None:
+    (tmp_path / "tasks.txt").write_text("a\nb\nc\n")
+    (tmp_path / "task.py").write_text(WAITS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOTSINK_")}
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zotsink",
+            "run",
+            "tasks.txt",
+            "out.tsv",
+            "--jobs",
+            "2",
+            "--",
+            sys.executable,
+            "task.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    page = tmp_path / "page.html"
+    refresh = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zotsink",
+            "status",
+            "tasks.txt",
+            "out.tsv",
+            "--html",
+            "page.html",
+            "--refresh",
+            "0.1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(
+            lambda: page.exists() and b'data-state="running"' in page.read_bytes(),
+            refresh,
+            "drew a",
+        )
+        first = page.stat().st_ino
+        # written again, whole, under the same name
+        wait_for(lambda: page.stat().st_ino != first, refresh, "rewrote the page")
+        assert page.read_text().endswith("</body></html>\n")
+        (tmp_path / "go").touch()
+        assert run.wait(timeout=60) == 0
+        # nothing runs or waits: the last page shows every task ok, and it exits by itself
+        _, err = refresh.communicate(timeout=60)
+    finally:
+        for p in (run, refresh):
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert refresh.returncode == 0, err
+    assert b"nothing runs or waits to run" in err
+    dom = parse(page.read_text())
+    assert dom.counts == {"ok": "3"}
+    assert sorted(p.name for p in tmp_path.iterdir() if "page" in p.name) == ["page.html"]
+
+
+def test_refresh_stops_at_a_signal(tmp_path: Path) -> None:
+    (tmp_path / "tasks.txt").write_text("a\n")
+    (tmp_path / "task.py").write_text(WAITS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZOTSINK_")}
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zotsink",
+            "run",
+            "tasks.txt",
+            "out.tsv",
+            "--",
+            sys.executable,
+            "task.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    page = tmp_path / "page.html"
+    refresh = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "zotsink",
+            "status",
+            "tasks.txt",
+            "out.tsv",
+            "--html",
+            "page.html",
+            "--refresh",
+            "30",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(
+            lambda: page.exists() and b'data-state="running"' in page.read_bytes(),
+            refresh,
+            "drew a",
+        )
+        refresh.send_signal(signal.SIGTERM)
+        _, err = refresh.communicate(timeout=30)
+        assert run.poll() is None  # the run goes on: only the refreshing stopped
+    finally:
+        (tmp_path / "go").touch()
+        run.communicate(timeout=60)
+        if refresh.poll() is None:
+            refresh.kill()
+            refresh.communicate()
+    assert b"stopped refreshing page.html" in err
+    assert page.read_text().endswith("</body></html>\n")

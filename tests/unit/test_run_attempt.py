@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from zotsink._core.pump import LineCutter
 from zotsink._run.attempt import KILL_AFTER, PIPE_LINGER, Attempt
 from zotsink._run.commit import COMMIT_WINDOW, MAX_COMMIT_WINDOW, CommitGroup
-from zotsink._run.events import Usage
 from zotsink._run.tasks import Task
+from zotsink._run.usage import Usage
 
 LIMIT = 8
 

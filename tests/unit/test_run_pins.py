@@ -27,7 +27,7 @@ MUTATORS = frozenset(
 )  # fmt: skip
 #: Fields of library objects a module sets, and why: (module, field) -> why.
 LIBRARY = {
-    ("commands.py", "returncode"): "a Popen reaped here by wait4: subprocess must not reap it",
+    ("usage.py", "returncode"): "a Popen reaped by wait4 (its usage kept): subprocess must not",
     ("serve.py", "path"): "sys.path: the worker imports FUNC's module as `python FILE` would",
     ("serve.py", "modules"): "sys.modules: FUNC's module under its own name (pickling)",
     ("serve.py", "environ"): "os.environ: each call's task number and attempt, for stamps",

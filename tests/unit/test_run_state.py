@@ -31,7 +31,6 @@ from zotsink._run.events import (
     StartFailed,
     StopWorkers,
     Turn,
-    Usage,
     WorkerReady,
     WorkerStarted,
 )
@@ -39,6 +38,7 @@ from zotsink._run.halting import Halting
 from zotsink._run.queue import Candidate, TaskQueue
 from zotsink._run.state import HOLD, LOOK_FIRST, LOOK_MOST, STOP_SETTLE, Plan, RunState
 from zotsink._run.tasks import Task
+from zotsink._run.usage import Usage
 
 T = [Task(n, f"t{n}") for n in range(0, 40)]
 

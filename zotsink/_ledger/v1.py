@@ -98,7 +98,7 @@ def translate(
     for at, line in lines:
         text = line.decode("utf-8", "surrogateescape")
         f = decode_row(text, "tsv") if "\\" in text else text.split("\t")
-        if len(f) < width:
+        if len(f) < min(width, _FIRST):  # a row of 0.1 may lack the later columns
             torn += 1
             first_torn = at if first_torn < 0 else first_torn
             continue
@@ -109,7 +109,7 @@ def translate(
                 path=path,
             )
 
-        got = {name: f[i] for name, i in where.items()}
+        got = {name: f[i] for name, i in where.items() if i < len(f)}
         event, stamp, num = f[0], f[1], int(f[2])
         t = _time(stamp)
         host, pid, job, element = (got.get(c, "") for c in ("host", "pid", "job", "array_task"))

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Final, Literal, NamedTuple
 
-from .events import EndStatus, Key, Usage
+from .events import EndStatus, Key
 from .tasks import Task
+from .usage import UNMEASURED, Usage
 
 __all__ = ["KILL_AFTER", "PIPE_LINGER", "Attempt", "End", "Phase", "Step"]
 
@@ -84,7 +85,7 @@ class Attempt:
         self.deadline: float | None = None
         self.ended_by: EndStatus | None = None  # zotsink ended it: timeout, interrupted, killed
         self.code = 127
-        self.usage = Usage()
+        self.usage = UNMEASURED
         self.seconds: float | None = None  # its own time, when measured apart (a call's)
         self.ended_at = now
         self.notes: list[str] = []

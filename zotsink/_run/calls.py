@@ -32,13 +32,13 @@ from .events import (
     Key,
     Returned,
     Unloadable,
-    Usage,
     WorkerGone,
     WorkerReady,
     WorkerStarted,
 )
 from .output import Capture, Output
 from .tasks import Task
+from .usage import UNMEASURED, OomCounter, OomWatch, Usage
 from .worker import BATCH_BYTES, Worker
 
 __all__ = ["Calls"]
@@ -79,6 +79,10 @@ class Calls:
         self.captures: dict[Key, Capture] = {}  # sent, not ended
         self.done: dict[Key, Capture] = {}  # ended, waiting for their commit
         self.starts: dict[int, str] = {}  # worker pid -> its start time
+        # whether a worker that died under a call was killed for memory: the cgroup's OOM
+        # count from the call's begin
+        self._oom_counter = OomCounter()
+        self._oom: dict[int, OomWatch] = {}
         self._stamp = bool(output.template.stamp)  # the records' stamps read the task
 
     def room(self) -> int:
@@ -142,6 +146,10 @@ class Calls:
 
     def _began(self, worker: Worker) -> Began:
         num, attempt = worker.queued[0]
+        watch = self._oom.get(worker.pid)
+        if watch is None:
+            watch = self._oom[worker.pid] = OomWatch(self._oom_counter)
+        watch.before()
         return Began((num, attempt), worker.pid, self.starts.get(worker.pid, ""))
 
     def hold(self) -> None:
@@ -232,7 +240,9 @@ class Calls:
             code, why = 0, ""
             for kind, value in frame[4]:
                 capture.item(kind, value)
+            use = frame[5]
         else:
+            use = frame[6]
             capture.drop_records()  # a result's items sent ahead of the exception are not its
             text, code = frame[4], frame[5]
             log = self.output.log_lines(*key)
@@ -242,7 +252,8 @@ class Calls:
             why = f"the function raised: {last[0][:200]}"
         self.done[key] = capture
         last_line = self.output.last_line(key)
-        events: list[Any] = [Returned(key, code, seconds, Usage(), capture.size, why, last_line)]
+        usage = Usage(*use) if use is not None else UNMEASURED
+        events: list[Any] = [Returned(key, code, seconds, usage, capture.size, why, last_line)]
         if seconds is not None:
             worker.retune(key, seconds)
         if worker.queued:
@@ -262,6 +273,7 @@ class Calls:
                 self._unwatch(fd)
         code = worker.exit_code(KILL_AFTER)
         self.workers.remove(worker)
+        oom = self._oom.pop(worker.pid, None)
         events: list[Any] = []
         key = worker.returned() if worker.queued else None
         back = worker.handed_back()
@@ -273,7 +285,10 @@ class Calls:
                 self.done[key] = capture
             how = f"signal {signame(-code)}" if code < 0 else f"exit {code}"
             why = f"its worker died ({how})"
-            events.append(Returned(key, code, None, Usage(), 0, why, died=True))
+            usage = UNMEASURED
+            if oom is not None and oom.after(-code if code < 0 else None):
+                usage = usage._replace(oom=True)
+            events.append(Returned(key, code, None, usage, 0, why, died=True))
         if back:
             for k in back:
                 capture = self.captures.pop(k, None)
@@ -318,6 +333,7 @@ class Calls:
     def close(self) -> None:
         # All at once, then one deadline for all: a worker that ends late (one still
         # importing a slow module) does not make the others wait in turn.
+        self._oom_counter.close()
         for worker in self.workers:
             worker.stop()
             if worker.queued:  # only after an error: nothing may keep running unseen

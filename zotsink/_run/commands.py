@@ -26,9 +26,10 @@ from .._core.pump import LineCutter
 from .._core.records import MAX_LINE
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
 from .alive import proc_start
-from .events import Drained, Exited, Key, Started, StartFailed, Usage
+from .events import Drained, Exited, Key, Started, StartFailed
 from .output import Capture, Output
 from .tasks import Task, task_argv
+from .usage import OomCounter, OomWatch, SpawnFloor, command_usage, reap
 
 __all__ = ["Commands"]
 
@@ -51,12 +52,15 @@ class _Pipe:
 class _Child:
     """A command task's process, its pipes, and when to look for its exit next."""
 
-    __slots__ = ("capture", "exited", "key", "pipes", "popen", "reap_wait")
+    __slots__ = ("capture", "exited", "key", "oom", "pipes", "popen", "reap_wait")
 
-    def __init__(self, key: Key, popen: subprocess.Popen[bytes], capture: Capture) -> None:
+    def __init__(
+        self, key: Key, popen: subprocess.Popen[bytes], capture: Capture, oom: OomWatch
+    ) -> None:
         self.key = key
         self.popen = popen
         self.capture = capture
+        self.oom = oom
         self.pipes: dict[int, _Pipe] = {}
         self.exited = False
         self.reap_wait = 0.0005  # seconds until the next look for its exit
@@ -107,6 +111,10 @@ class Commands:
         self.children: dict[Key, _Child] = {}
         self.pipes: dict[int, _Pipe] = {}
         self.done: dict[Key, Capture] = {}  # ended, waiting for their commit
+        # what a task used: its peak, unless the run's own size covers it (the kernel
+        # counts the run in a child's peak until exec), and whether it died for memory
+        self.floor = SpawnFloor()
+        self.oom_counter = OomCounter()
 
     def room(self) -> int:
         """Tasks that could start now."""
@@ -123,6 +131,8 @@ class Commands:
         env = {**self.env, TASKNUM_VAR: str(task.num), ATTEMPT_VAR: str(attempt)}
         capture = Capture(key, self.output, env)
         argv = task_argv(self.command, task.line, self.shell)
+        oom = OomWatch(self.oom_counter)
+        oom.before()
         try:
             popen = subprocess.Popen(
                 argv,
@@ -137,7 +147,7 @@ class Commands:
             self.output.log_lines(task.num, attempt).line(f"zotsink: {why}".encode())
             self.done[key] = capture
             return StartFailed(key, why, self._task_owns(e))
-        child = _Child(key, popen, capture)
+        child = _Child(key, popen, capture, oom)
         assert popen.stdout is not None and popen.stderr is not None
         err = self.output.log_lines(task.num, attempt)
         for f, sink in ((popen.stdout, capture), (popen.stderr, err)):
@@ -222,10 +232,12 @@ class Commands:
                 if not child.pipes:
                     self._forget(key)
                 continue
-            got = _reap(child.popen)
+            got = reap(child.popen)
             if got is None:
                 continue
-            code, usage = got
+            code = got.returncode
+            oom = child.oom.after(-code if code < 0 else None)
+            usage = command_usage(got.rusage, floor=self.floor, oom=oom)
             child.ended()
             events.append(Exited(key, code, usage))
             if not child.pipes:
@@ -255,6 +267,8 @@ class Commands:
         """Only after an error: nothing may keep running unseen."""
         import signal
 
+        self.floor.close()
+        self.oom_counter.close()
         for child in self.children.values():
             if not child.exited:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -269,18 +283,3 @@ class Commands:
         self.children.clear()
         self.pipes.clear()
         self.done.clear()
-
-
-def _reap(popen: subprocess.Popen[bytes]) -> tuple[int, Usage] | None:
-    """A child's exit code and what it used, once it exited (``wait4``: its rusage is the
-    child's and its waited-for descendants'; the peak is its largest process's)."""
-    try:
-        pid, status, ru = os.wait4(popen.pid, os.WNOHANG)
-    except ChildProcessError:
-        code = popen.returncode if popen.returncode is not None else 127
-        return code, Usage()
-    if pid == 0:
-        return None
-    code = os.waitstatus_to_exitcode(status)
-    popen.returncode = code  # reaped here: subprocess must not wait for it again
-    return code, Usage(int(ru.ru_maxrss), ru.ru_utime, ru.ru_stime)

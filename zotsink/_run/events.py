@@ -20,6 +20,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 from .._core.stop import STOP_SIGNALS
 from .tasks import Task
+from .usage import Usage
 
 __all__ = [
     "SIGKILL",
@@ -54,7 +55,6 @@ __all__ = [
     "StopWorkers",
     "Turn",
     "Unloadable",
-    "Usage",
     "WorkerGone",
     "WorkerReady",
     "WorkerStarted",
@@ -70,16 +70,6 @@ STOPS: Final = frozenset(int(s) for s in STOP_SIGNALS)
 Key = tuple[int, int]
 #: How an attempt ended, as its end row says.
 EndStatus = Literal["ok", "failed", "killed", "timeout", "oom", "interrupted"]
-
-
-class Usage(NamedTuple):
-    """What an attempt used: peak memory (KiB) and CPU (user, system: seconds); None where
-    not measured."""
-
-    peak_kib: int | None = None
-    user: float | None = None
-    system: float | None = None
-    oom: bool = False
 
 
 # -- events ----------------------------------------------------------------------------------

@@ -7,8 +7,10 @@ A frame is a 4-byte big-endian length and a :mod:`marshal` dump (both ends are t
 interpreter, and marshal reads only plain values: it cannot run code the way unpickling can).
 Frames, worker to run, each naming the worker's pid: ``("ready", pid)`` once FUNC is
 loaded, ``("unloadable", pid, text)`` when it cannot be, and for each task
-``("done", pid, tasknum, attempt, items)`` or ``("raised", pid, tasknum, attempt, traceback,
-exit)``; ``("part", pid, tasknum, attempt, items)`` ahead of a large result's ``done``;
+``("done", pid, tasknum, attempt, items, use)`` or ``("raised", pid, tasknum, attempt,
+traceback, exit, use)``, ``use`` what the call used (peak KiB, user and system seconds; each
+None when not measured); ``("part", pid, tasknum, attempt, items)`` ahead of a large
+result's ``done``;
 ``("back", pid, [(tasknum, attempt), ...])`` for the tasks it held and did not begin at a
 stop. ``items`` are the records: ``(LINES, text)`` for lines, ``(RECORD, {column: value})``
 for one record by name, ``(PIECE, text)`` for text the next item goes on with. Run to
@@ -61,7 +63,7 @@ PART_SIZE: Final = 1 << 20
 #: Set by a worker process to its own pid: a run started inside it is refused.
 WORKER_VAR: Final = "ZOTSINK_WORKER_PID"
 #: The length of each kind of frame a worker sends (see the module's docstring).
-FRAME_SIZES: Final = {"ready": 2, "unloadable": 3, "back": 3, "part": 5, "done": 5, "raised": 6}
+FRAME_SIZES: Final = {"ready": 2, "unloadable": 3, "back": 3, "part": 5, "done": 6, "raised": 7}
 #: Bytes of the page a worker shares with its run: its first byte says "hold".
 FLAG_SIZE: Final = mmap.PAGESIZE
 #: A mark line in a worker's prints, after the run's token (see above).

@@ -424,8 +424,8 @@ def _end_fields(committed: Any, group: Sequence[End]) -> list[str]:
         num, attempt = e.key
         u = e.usage
         cpu = None
-        if u.user is not None and u.system is not None:
-            cpu = (round(u.user * 1000), round(u.system * 1000))
+        if u.user_s is not None and u.sys_s is not None:
+            cpu = (round(u.user_s * 1000), round(u.sys_s * 1000))
         items.append(
             EndItem(
                 num,

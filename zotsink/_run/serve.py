@@ -52,6 +52,7 @@ from .frames import (
     receive_frame,
     send_frame,
 )
+from .usage import CallMeter
 
 __all__ = ["main"]
 
@@ -299,6 +300,7 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
     if _threads_left():  # FUNC's load started them: what they print is no call's
         _watch_threads((0, 0))
     send_frame(results, ("ready", me))
+    meter = CallMeter()  # what each call used, sent with its result
     going = False  # the last end mark said the next call of the batch begins at once
     while True:
         batch = receive_frame(tasks)
@@ -312,9 +314,12 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
                     break
                 _flush_prints()  # a thread's: not this call's
                 _mark(mark, b"B%d.%d" % (num, attempt))
+            meter.begin()
             began = time.perf_counter()
             reply = _call(func, results, me, num, attempt, line)
             took = int((time.perf_counter() - began) * 1e6)  # microseconds, for the run's batches
+            used = meter.end()
+            use = (used.peak_kib, used.user_s, used.sys_s)
             _not_forked(me, 0)  # a child FUNC forked returned here: it ends, unheard
             _flush_prints()  # before the mark and the result: the run reads the prints first
             if _threads_left():  # what they print later is not this call's
@@ -329,10 +334,10 @@ def main(spec: str, tasks_fd: int, results_fd: int, mark: bytes = b"", flag_fd: 
                 going = False
                 _mark(mark, b"E%d.%d %d" % (num, attempt, took))
             try:
-                send_frame(results, reply)
+                send_frame(results, (*reply, use))
             except ValueError as e:  # marshal: an unmarshallable value inside a record
                 why = f"the records could not be passed back: {e}\n"
-                send_frame(results, ("raised", me, num, attempt, why, 1))
+                send_frame(results, ("raised", me, num, attempt, why, 1, use))
 
 
 def _call(

@@ -57,7 +57,6 @@ from .events import (
     StopWorkers,
     Turn,
     Unloadable,
-    Usage,
     WorkerGone,
     WorkerReady,
     WorkerStarted,
@@ -66,6 +65,7 @@ from .failures import alike_key
 from .halting import Halting
 from .queue import Candidate, TaskQueue
 from .tasks import Task
+from .usage import UNMEASURED
 
 __all__ = [
     "FAILING",
@@ -286,7 +286,7 @@ class RunState:
         if a is None:
             return
         a.note(ev.why)
-        a.exited(self.now, 127, Usage())
+        a.exited(self.now, 127, UNMEASURED)
         a.drained()
         if ev.own or self.queue.has_run:
             return  # this task's line is at fault, not the command: it fails alone

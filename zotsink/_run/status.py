@@ -113,9 +113,10 @@ class StatusReport(NamedTuple):
 
     @property
     def settled(self) -> bool:
-        """Nothing is running and nothing waits to start (a task that never ran waits only
-        while a job of the ledger may still start it): watching can stop."""
-        return not self.counts["running"] and (not self.counts["never"] or not self.waiting)
+        """Nothing is running or claimed and nothing waits to start (a task that never ran
+        waits only while a job of the ledger may still start it): watching can stop."""
+        busy = self.counts["running"] + self.counts["claimed"]
+        return not busy and (not self.counts["never"] or not self.waiting)
 
     def to_dict(self) -> dict[str, Any]:
         return {

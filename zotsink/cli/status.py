@@ -20,10 +20,10 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
-    from .. import FailedTask, FailureGroup, LiveRuns, StatusReport
+    from .. import Advice, FailedTask, FailureGroup, LiveRuns, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -67,6 +67,41 @@ if TYPE_CHECKING:
     "times, the failures grouped and the slowest tasks.",
 )
 @click.option(
+    "--refresh",
+    type=click.FloatRange(0.1),
+    metavar="S",
+    help="With --html: write the page again every S seconds until nothing runs or waits to "
+    "run (each time whole: a new file renamed over FILE); Ctrl-C or SIGTERM stops.",
+)
+@click.option(
+    "--advise",
+    is_flag=True,
+    help="What to ask the scheduler for next time, from what the attempts used: memory per "
+    "element (the 95th percentile of the peaks x --jobs x 1.25), CPUs, and time for "
+    "--tasks-per-element tasks; the directives on stdout, how they were reached on stderr.",
+)
+@click.option(
+    "--scheduler",
+    type=click.Choice(["slurm", "sge", "pbs"]),
+    default="slurm",
+    show_default=True,
+    help="With --advise: the directives' form (#SBATCH, Grid Engine #$, #PBS).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --advise: tasks an element runs at a time [default: the recorded --jobs, else "
+    "the most an element ran at a time].",
+)
+@click.option(
+    "--tasks-per-element",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --advise: tasks an element runs in all [default: the recorded --chunk, else "
+    "the most an element ran].",
+)
+@click.option(
     "--by",
     type=click.Choice(["host", "job", "element"]),
     help="A table of the attempts per host, array job or array element (JOB[INDEX]): "
@@ -79,7 +114,7 @@ if TYPE_CHECKING:
     "running), 1 when none does: the test of a cron line that submits a runner.",
 )
 @click.option(
-    "--jobs",
+    "--job-ids",
     "list_jobs",
     is_flag=True,
     help="Print the scheduler's jobs whose runs wrote to the ledger, one per line "
@@ -115,6 +150,11 @@ def status_cmd(
     log: str | None,
     last: int,
     html_path: str | None,
+    refresh: float | None,
+    advise: bool,
+    scheduler: str,
+    jobs: int | None,
+    tasks_per_element: int | None,
     by: str | None,
     waiting: bool,
     list_jobs: bool,
@@ -154,6 +194,10 @@ def status_cmd(
         jobs = run_api(lambda: ledger_jobs(path, lock=lock, timeout=timeout))
         click.echo("".join(f"{job}\n" for job in jobs), nl=False)
         return
+    if refresh is not None and html_path is None:
+        raise click.UsageError("--refresh S rewrites the --html FILE page: give --html FILE too")
+    if not advise and (jobs is not None or tasks_per_element is not None):
+        raise click.UsageError("--jobs and --tasks-per-element size the advice: give --advise")
 
     def read(**wait: float) -> StatusReport:
         return run_api(
@@ -175,22 +219,33 @@ def status_cmd(
         sys.exit(0 if report.to_run else 1)
     if watch:
         report = _watch(read, interval, report)
+    said = _said(report, as_json)
+    if failed or html_path is not None or by is not None or advise:
+        # each of these reads the ledger again: the tally (a few bytes per task, and the
+        # task list) is let go first, so that one is in memory at a time
+        report = report._replace(states={})
     listed: list[dict[str, Any]] | None = None
     grouped: list[dict[str, Any]] = []
     by_rows: list[dict[str, Any]] = []
     if log is None:
         log = f"{out}.log" if out is not None else _log_beside(path)
-    if failed or html_path is not None:
-        from .. import failed_tasks, failure_tail, group_failures
+
+    def failures() -> tuple[list[FailedTask], str | None]:
+        from .. import failed_tasks, failure_tail
 
         # more lines than shown: a traceback's last frame is shown whole (failure_tail)
         read_lines = max(last, TAIL_READ) if last else 0
         found, note = run_api(
             lambda: failed_tasks(tasks, path, log, last=read_lines, lock=lock, timeout=timeout)
         )
+        return [t._replace(stderr=failure_tail(t.stderr, last)) for t in found], note
+
+    if failed or html_path is not None:
+        from .. import group_failures
+
+        found, note = failures()
         if note is not None:
             click.echo(f"zotsink: note: {note}", err=True)
-        found = [t._replace(stderr=failure_tail(t.stderr, last)) for t in found]
         groups = group_failures(found)
         if not failed:
             pass
@@ -202,28 +257,56 @@ def status_cmd(
         else:
             _print_groups(groups, _spec_in_full(tasks, path, out, report.pull))
         if html_path is not None:
-            _write_page(html_path, tasks, path, report, groups, lock, timeout)
-    if by is not None:
-        from .. import attempts_by, read_attempts
+            page = html_path
+            _write_page(page, tasks, path, report, groups, lock, timeout)
 
-        attempts = run_api(lambda: read_attempts(tasks, path, lock=lock, timeout=timeout))
-        table = attempts_by(attempts, by)
+            def draw(now: StatusReport) -> StatusReport:
+                nonlocal said
+                said = _said(now, as_json)
+                now = now._replace(states={})  # its tally let go (the only reference)
+                again = group_failures(failures()[0])
+                _write_page(page, tasks, path, now, again, lock, timeout, quiet=True)
+                return now
+
+            if refresh is not None:
+                report = _refresh(html_path, refresh, read, draw, report)
+    if by is not None:
+        from .. import attempts_by, iter_attempts
+
+        table = run_api(
+            lambda: attempts_by(iter_attempts(tasks, path, lock=lock, timeout=timeout), by)
+        )
         if as_json:
             by_rows = [{by: name, **row} for name, row in table]
         else:
             _write(_by_table(by, table))
+    advice = None
+    if advise:
+        advice = _advise(tasks, path, report, jobs, tasks_per_element, lock, timeout)
+        if not as_json:
+            _write(advice.directives(scheduler))
+            for line in advice_lines(advice, scheduler):
+                click.echo(f"zotsink: {line}", err=True)
     if as_json:
-        d = report.to_dict()
+        d = said[1]
         if listed is not None:
             d["failed"] = listed
             d["failure_groups"] = grouped
         if by is not None:
             d["by"] = by_rows
+        if advice is not None:
+            d["advice"] = advice.to_dict()
         print_json(d)
     if not watch or not as_json:
-        for line in status_lines(report):
+        for line in said[0]:
             click.echo(f"zotsink: {line}", err=True)
     sys.exit(0 if report.all_ok else 1)
+
+
+def _said(report: StatusReport, as_json: bool) -> tuple[list[str], dict[str, Any]]:
+    """What the report says at the end, in words and as --json, taken while its tally is
+    at hand."""
+    return status_lines(report), report.to_dict() if as_json else {}
 
 
 def status_lines(report: StatusReport) -> list[str]:
@@ -458,14 +541,170 @@ def _write_page(
     groups: list[FailureGroup],
     lock: str,
     timeout: float,
+    *,
+    quiet: bool = False,
 ) -> None:
-    """The page into ``html_path``, whole or not at all (a browser may be reading it)."""
-    from .. import read_attempts, write_status_page
+    """The page into ``html_path``, whole or not at all (a browser may be reading it), drawn
+    from one pass over the attempts."""
+    from .. import iter_attempts, status_page, write_page
 
-    attempts = run_api(lambda: read_attempts(tasks, ledger, lock=lock, timeout=timeout))
-    title = f"zotsink status {tasks}"
-    run_api(lambda: write_status_page(html_path, report, attempts, groups, title=title))
-    click.echo(f"zotsink: wrote {html_path} ({counted(len(attempts), 'attempt')})", err=True)
+    now = time.time()
+    # attempts still running end now while a run lives, else where the run's rows end
+    live = report.runs is not None and bool(report.runs.live)
+    counted_attempts = _Counted(iter_attempts(tasks, ledger, lock=lock, timeout=timeout))
+    page = run_api(
+        lambda: status_page(
+            report,
+            counted_attempts,
+            groups,
+            title=f"zotsink status {tasks}",
+            now=now,
+            until=now if live else None,
+        )
+    )
+    run_api(lambda: write_page(html_path, page))
+    if not quiet:
+        click.echo(
+            f"zotsink: wrote {html_path} ({counted(counted_attempts.n, 'attempt')})", err=True
+        )
+
+
+class _Counted:
+    """An iterator that counts what passed through it."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self.n = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self._items:
+            self.n += 1
+            yield item
+
+
+def _refresh(
+    html_path: str,
+    every: float,
+    read: Callable[..., StatusReport],
+    draw: Callable[[StatusReport], StatusReport],
+    report: StatusReport,
+) -> StatusReport:
+    """Draw the page again every ``every`` seconds until nothing runs or waits to run, or a
+    stop signal (Ctrl-C, SIGTERM) comes; the last report (``draw`` gives it back without
+    its tally)."""
+    import select
+
+    from .. import Stopper
+
+    with Stopper() as stopper:
+        while not report.settled and stopper.signum is None:
+            ready, _, _ = select.select([stopper.wakeup_fd], [], [], every)
+            if ready or stopper.signum is not None:
+                break
+            report = draw(read(wait_scheduler=every / 2))
+    if stopper.signum is not None:
+        click.echo(f"zotsink: stopped refreshing {html_path}", err=True)
+    else:
+        click.echo(f"zotsink: wrote {html_path}: nothing runs or waits to run", err=True)
+    return report
+
+
+def _advise(
+    tasks: str,
+    ledger: str,
+    report: StatusReport,
+    jobs: int | None,
+    per_element: int | None,
+    lock: str,
+    timeout: float,
+) -> Advice:
+    """The advice, from one pass over the attempts: ``jobs`` given, else recorded, else the
+    most slots an element ran in; ``per_element`` given, else the recorded chunk."""
+    from .. import Slots, UseTally, iter_attempts
+
+    settings = report.settings or {}
+    if jobs is None and settings.get("jobs", "").isdigit():
+        jobs = int(settings["jobs"])
+    if per_element is None and "chunk" in settings:
+        per_element = report.chunk
+    slots, tally = Slots(), UseTally()
+
+    def one_pass() -> None:
+        for a in iter_attempts(tasks, ledger, lock=lock, timeout=timeout):
+            slots.add(a)
+            tally.add(a.use())
+
+    run_api(one_pass)
+    return tally.advice(jobs=jobs or max(slots.most(), 1), per_element=per_element)
+
+
+def advice_lines(advice: Advice, scheduler: str) -> list[str]:
+    """How the advice was reached, in words, one line each."""
+    q = f"the {advice.quantile * 100:g}th percentile"
+    lines = [
+        f"advice from {counted(advice.tasks, 'ended attempt')}, each figure by {q} of "
+        f"the attempts (not the largest), for elements of --jobs {advice.jobs} and "
+        f"{advice.per_element} tasks"
+    ]
+    if advice.peak_kib is None:
+        lines.append(
+            f"memory: not measured (no peak is known for any of the {advice.tasks} "
+            "attempts): no --mem advised"
+        )
+    else:
+        top = advice.peak_max
+        largest = f"; the largest {_mib(top[0])}, task {top[1]}" if top else ""
+        unmeasured = advice.tasks - advice.peak_measured
+        lines.append(
+            f"peak memory per task: {_mib(advice.peak_kib)} at {q}{largest}"
+            + (f"; not measured for {unmeasured}" if unmeasured else "")
+        )
+        assert advice.memory_kib is not None
+        lines.append(
+            f"memory per element: {_mib(advice.peak_kib)} x {advice.jobs} at a time x "
+            f"{advice.memory_margin:g} margin, rounded up: {_mib(advice.memory_kib)}"
+        )
+        if advice.oom:
+            lines.append(
+                f"{counted(advice.oom, 'attempt')} killed for memory: the memory is sized "
+                f"above the largest peak among them ({_mib(advice.oom_peak_kib or 0)})"
+            )
+        for task, kib in advice.over:
+            lines.append(
+                f"task {task} peaked at {_mib(kib)}, above a task's share of that memory: "
+                "it may need more when it runs beside others"
+            )
+        if scheduler == "sge":
+            lines.append(
+                "h_vmem limits virtual memory, per slot; a task's virtual size may be well "
+                "above the resident peak measured here: raise it if tasks die at the limit"
+            )
+    if advice.cpu_per_task is None:
+        lines.append("CPU: not measured: no CPUs advised")
+    else:
+        lines.append(
+            f"CPU: a task keeps {advice.cpu_per_task:.2f} CPUs busy at {q}: "
+            f"{advice.cpus} CPUs for {advice.jobs} at a time"
+        )
+    if advice.time_s is not None and advice.seconds_mean is not None:
+        turns = -(-advice.per_element // advice.jobs)
+        before = (
+            f"{counted(turns - 1, 'turn')} at the mean {_duration(advice.seconds_mean)}, "
+            if turns > 1
+            else ""
+        )
+        lines.append(
+            f"time per element: {counted(advice.per_element, 'task')}, {advice.jobs} at a "
+            f"time: {before}the last at {q} {_duration(advice.seconds_q or 0)}; x "
+            f"{advice.time_margin:g} margin, up to a whole minute: {_duration(advice.time_s)}"
+        )
+    return lines
+
+
+def _mib(kib: float) -> str:
+    if kib >= 10 * 1024 * 1024:
+        return f"{kib / (1024 * 1024):.1f} GiB"
+    return f"{kib / 1024:,.0f} MiB"
 
 
 def _by_table(by: str, table: list[tuple[str, dict[str, Any]]]) -> list[str]:
