@@ -402,6 +402,8 @@ class Pool:
     # -- starting ----------------------------------------------------------------------------
     def _start_ready(self) -> None:
         if self.how.call is not None:
+            if not self.workers and self.queue.has_work:  # the last one died: a retry waits
+                self._spawn_worker()
             for worker in self.workers:
                 room = self._room(worker)
                 if room > 0:
