@@ -125,10 +125,9 @@ def committed_chunks(
         yield from iter_snapshot(fd, size)
         return
     try:
-        # Read after OUT's snapshot: a part claimed since lies beyond it and is left out.
-        st = os.fstat(fd)
-        now = OutFile(st.st_ino, st.st_size)
-        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout, out=now)
+        # Read after OUT's snapshot: a part claimed since lies beyond it and is left out;
+        # OUT is looked at after the ledger, so that such a part is not taken for one cut off.
+        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout)
         if c is None:
             yield from pread_chunks(fd, size)
             return
