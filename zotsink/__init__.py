@@ -84,6 +84,9 @@ _LAZY = {
     "read_runs": "zotsink._run.runs",
     "LiveRuns": "zotsink._run.runs",
     "RunInfo": "zotsink._run.runs",
+    # futures over the elements of an array
+    "Executor": "zotsink._executor.executor",
+    "CallFuture": "zotsink._executor.executor",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -92,6 +95,10 @@ _LAZY = {
     "DoctorReport": "zotsink._doctor.doctor",
     # errors and warnings
     "ZotsinkError": "zotsink.errors",
+    "CallError": "zotsink.errors",
+    "ResultError": "zotsink.errors",
+    "GivenUp": "zotsink.errors",
+    "ExecutorBroken": "zotsink.errors",
     "UsageError": "zotsink.errors",
     "RecordError": "zotsink.errors",
     "HeaderMismatch": "zotsink.errors",
@@ -132,6 +139,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._core.outlet import Outcome
     from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
+    from ._executor.executor import CallFuture, Executor
     from ._ledgerfile import read_ledger
     from ._pack.append import append_member, append_members
     from ._pack.files import pack_files
@@ -162,12 +170,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     )
     from ._stream import StreamReport, append_stream
     from .errors import (
+        CallError,
+        ExecutorBroken,
+        GivenUp,
         HeaderMismatch,
         HoldError,
         InputError,
         LockError,
         LockTimeout,
         RecordError,
+        ResultError,
         UsageError,
         WriteError,
         ZotsinkError,

@@ -24,6 +24,7 @@ __all__ = [
     "lines_with_ends",
     "open_for_append",
     "open_regular",
+    "owner_problem",
     "pread_chunks",
     "same_file",
     "side_file_problem",
@@ -206,6 +207,13 @@ def open_created(path: str, flags: int, mode: int) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def owner_problem(st: os.stat_result) -> str | None:
+    """Why a file or directory (``st``: its stat) is not this user's own, or None."""
+    if st.st_uid == os.geteuid():
+        return None
+    return f"it belongs to {_user_name(st.st_uid)}, not to you"
+
+
 def side_file_problem(
     st: os.stat_result, path: str | None = None, *, own: bool = True
 ) -> str | None:
@@ -231,7 +239,7 @@ def side_file_problem(
     if st.st_uid == os.geteuid():
         return None
     if own:
-        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+        return owner_problem(st)
     if path is None:
         return None
     try:

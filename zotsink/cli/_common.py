@@ -18,12 +18,16 @@ from .._core.options import MAX_BATCH_BYTES, MAX_FLUSH_INTERVAL, MAX_TIMEOUT
 from .._core.records import FORMATS
 from .._core.writer import SYNC_POLICIES
 from ..errors import (
+    CallError,
+    ExecutorBroken,
+    GivenUp,
     HeaderMismatch,
     HoldError,
     InputError,
     LockError,
     LockTimeout,
     RecordError,
+    ResultError,
     UsageError,
     WriteError,
     ZotsinkError,
@@ -43,6 +47,10 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (HeaderMismatch, 1),
     (RecordError, 1),
     (InputError, 1),
+    (ResultError, 1),
+    (CallError, 1),
+    (GivenUp, 1),
+    (ExecutorBroken, 1),
     (ZotsinkError, 1),
     (OSError, 74),
 )
