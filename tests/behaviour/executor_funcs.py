@@ -1,10 +1,11 @@
 """Functions the Executor's tests submit: importable by name, as the elements import them.
 
 ``witness`` is how a test sees which calls began and how often: each call takes an
-exclusive ``fcntl`` lock on a file named after its key in ``base/witness`` (a second holder
-at once is a call run twice at once, noted in ``base/double``), appends a line to it (one
-line per beginning), and, unless its key is below ``free`` or ``base/go`` exists, waits
-for ``base/go`` (a file the test creates: an event, not a sleep).
+exclusive ``fcntl`` lock on a file named by its call's id (``ZOTSINK_CALL_ID``) in
+``base/witness`` (a second holder at once is a call run twice at once, noted in
+``base/double``), appends a line to it (one line per beginning: its key and pid), and,
+unless its key is below ``free`` or ``base/go`` exists, waits for ``base/go`` (a file the
+test creates: an event, not a sleep).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def echo(*args: object, **kwargs: object) -> list[object]:
 
 
 def witness(key: int, base: str, free: int = 0) -> int:
-    path = os.path.join(base, "witness", str(key))
+    path = os.path.join(base, "witness", os.environ["ZOTSINK_CALL_ID"])
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         try:
@@ -37,7 +38,7 @@ def witness(key: int, base: str, free: int = 0) -> int:
         except OSError:
             open(os.path.join(base, "double", f"{key}.{os.getpid()}"), "w").close()
             raise
-        os.write(fd, f"began {os.getpid()}\n".encode())
+        os.write(fd, f"began {key} {os.getpid()}\n".encode())
         if key >= free:
             while not os.path.exists(os.path.join(base, "go")):
                 time.sleep(0.01)

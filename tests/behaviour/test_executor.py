@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -232,9 +233,12 @@ def _witness_base(tmp_path: Path) -> Path:
     return base
 
 
-def began(base: Path) -> dict[int, int]:
-    """How many times each witnessed call began."""
-    return {int(p.name): p.read_text().count("began") for p in (base / "witness").iterdir()}
+def began(base: Path) -> dict[str, list[int]]:
+    """The keys each witnessed call (by its id) began with, once per beginning."""
+    return {
+        p.name: [int(line.split()[1]) for line in p.read_text().splitlines()]
+        for p in (base / "witness").iterdir()
+    }
 
 
 def test_a_client_killed_halfway_attach_gives_every_result_once(d: Path, tmp_path: Path) -> None:
@@ -270,7 +274,8 @@ def test_a_client_killed_halfway_attach_gives_every_result_once(d: Path, tmp_pat
     assert len({call_id for call_id, _task, _value in futures}) == n
     assert sorted(value for _id, _task, value in futures) == sorted(i * i for i in range(n))
     assert sorted(task for _id, task, _value in futures) == list(range(1, n + 1))
-    assert began(base) == dict.fromkeys(range(n), 1)  # every call began once, none twice
+    # every call began once, none twice, each as the call its future names
+    assert began(base) == {call_id: [math.isqrt(value)] for call_id, _task, value in futures}
     assert os.listdir(base / "double") == []
     records = committed(d)
     assert len(records) == n and len({r["id"] for r in records}) == n
@@ -288,8 +293,9 @@ def test_cancel_futures_stops_the_elements(d: Path, tmp_path: Path) -> None:
     assert [e["through"] for e in events(d) if e["event"] == "cancel"] == [40]
     (base / "go").touch()  # the two calls under way may end: they were begun
     concurrent.futures.wait(futures, timeout=240)
-    ran = began(base)
+    ran = {keys[0] for keys in began(base).values()}
     assert sorted(ran) == [0, 1]
+    assert set(began(base)) == {futures[0].id, futures[1].id}
     for i, f in enumerate(futures):
         if i in ran:
             assert f.result() == i * i

@@ -57,7 +57,7 @@ from .directory import (
     read_events,
 )
 from .elements import Started, alive, cancel_queued, pick_scheduler, start
-from .results import Cursor, news_since
+from .results import Cursor, committed_records, news_since
 from .serve import UNLOADABLE
 from .supervise import Supervision
 
@@ -590,12 +590,8 @@ class Executor(concurrent.futures.Executor):
 
     def _committed_now(self) -> dict[str, dict[str, Any]]:
         """Every committed record, by call id (a whole read: :meth:`futures`)."""
-        from .. import read_records
-
         done: dict[str, dict[str, Any]] = {}
-        if not os.path.exists(self._place.results):
-            return done
-        for (line,) in read_records(self._place.results, format="lines"):
+        for _task, line in committed_records(self._place.results, self._place.ledger):
             try:
                 record = decode_record(line)
             except ValueError:

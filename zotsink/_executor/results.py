@@ -1,7 +1,8 @@
-"""How an Executor's client learns what the elements did: ONE function, :func:`news_since`,
-the one place that reads the engine's files for it, with a contract the engine's new
-ledger will meet natively (an incremental reader: the rows after the cursor's offset and
-the pieces of OUT they claim).
+"""How an Executor's client learns what the elements did: the one place that reads the
+engine's files (the ledger, OUT) for it. ONE function, :func:`news_since`, with a contract
+the engine's new ledger will meet natively (an incremental reader: the rows after the
+cursor's offset and the pieces of OUT they claim); and :func:`committed_records`, the whole
+committed view at once, for a client that takes up every call of a directory.
 
 Today it is built on the readers of the current ledger: a pass over a snapshot of the whole
 ledger that finds the rows of the tasks the client waits for at C speed
@@ -24,19 +25,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final, NamedTuple
 
 from .._core.fileio import split_lines
 from .._ledgerfile import LedgerRow, LedgerScan, OutFile, Piece, piece_problem, tasknum_of
 from .._read import piece_chunks
 from .._run.states import TaskState, fold, given_up
+from .calls import record_task
 
 __all__ = [
     "REREAD_AFTER",
     "Cursor",
     "News",
     "TaskSet",
+    "committed_records",
     "news_since",
 ]
 
@@ -203,6 +206,26 @@ def news_since(
         asked_before.add(num)
     fresh = Cursor(told, asked_before, offset, ends, signature, time.monotonic())
     return News(committed, gone, fresh)
+
+
+def committed_records(
+    out: str | os.PathLike[str],
+    ledger: str | os.PathLike[str],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> Iterator[tuple[int, str]]:
+    """Every record of OUT's committed view, as ``(task number, record line)``: each
+    task's latest ``ok`` attempt's records once; lines that are no Executor's record are
+    passed over. Nothing when OUT does not exist yet."""
+    from .. import read_records
+
+    if not os.path.exists(out):
+        return
+    for (line,) in read_records(out, format="lines", ledger=ledger, lock=lock, timeout=timeout):
+        task = record_task(line)
+        if task is not None:
+            yield task, line
 
 
 def _piece_lines(fd: int, row: LedgerRow, now: OutFile | None) -> list[str] | None:

@@ -27,11 +27,15 @@ from .._run.failures import failure_tail
 from .._run.serve import load_function
 from .calls import Call, cancelled_record, decode_line, raised_record, value_record
 
-__all__ = ["CANCELLED_VAR", "TRACEBACK_LINES", "UNLOADABLE", "Unloadable", "call"]
+__all__ = ["CALL_VAR", "CANCELLED_VAR", "TRACEBACK_LINES", "UNLOADABLE", "Unloadable", "call"]
 
 #: The environment variable that says through which task number the Executor cancelled
 #: its calls (the tasks not begun then never run).
 CANCELLED_VAR: Final = "ZOTSINK_EXECUTOR_CANCELLED"
+#: The environment variable that names the call under way (its future's id), as
+#: ``ZOTSINK_TASKNUM`` names its task: a name of the call's own for what it writes
+#: elsewhere (a member of a shared archive).
+CALL_VAR: Final = "ZOTSINK_CALL_ID"
 #: Lines of a raised exception's traceback kept in its record (its last frame whole).
 TRACEBACK_LINES: Final = 12
 
@@ -86,6 +90,7 @@ def call(line: str) -> str:
 
 
 def _one(task: int, c: Call, fn: Callable[..., Any]) -> str:
+    os.environ[CALL_VAR] = c.id
     try:
         value = fn(*c.args, **c.kwargs)
     except (Exception, SystemExit) as e:
