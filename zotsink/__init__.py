@@ -92,6 +92,9 @@ _LAZY = {
     "read_runs": "zotsink._run.runs",
     "LiveRuns": "zotsink._run.runs",
     "RunInfo": "zotsink._run.runs",
+    # futures over the elements of an array
+    "Executor": "zotsink._executor.executor",
+    "CallFuture": "zotsink._executor.executor",
     # collect, doctor
     "collect": "zotsink._collect.collect",
     "CollectReport": "zotsink._collect.collect",
@@ -100,6 +103,10 @@ _LAZY = {
     "DoctorReport": "zotsink._doctor.doctor",
     # errors and warnings
     "ZotsinkError": "zotsink.errors",
+    "CallError": "zotsink.errors",
+    "ResultError": "zotsink.errors",
+    "GivenUp": "zotsink.errors",
+    "ExecutorBroken": "zotsink.errors",
     "UsageError": "zotsink.errors",
     "RecordError": "zotsink.errors",
     "HeaderMismatch": "zotsink.errors",
@@ -140,6 +147,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._core.outlet import Outcome
     from ._core.stop import Stopper
     from ._doctor.doctor import DoctorReport, doctor
+    from ._executor.executor import CallFuture, Executor
     from ._ledger.control import Control
     from ._ledger.events import TaskEvent
     from ._pack.append import append_member, append_members
@@ -179,12 +187,16 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.timeline import Slots
     from ._stream import StreamReport, append_stream
     from .errors import (
+        CallError,
+        ExecutorBroken,
+        GivenUp,
         HeaderMismatch,
         HoldError,
         InputError,
         LockError,
         LockTimeout,
         RecordError,
+        ResultError,
         UsageError,
         WriteError,
         ZotsinkError,

@@ -44,17 +44,19 @@ def committed_parts(
     ledger: str | os.PathLike[str] | None = None,
     lock: str = "auto",
     timeout: float = 600.0,
-    out: OutFile | None = None,
+    out: OutFile | int | None = None,
 ) -> Claims | None:
     """The committed view of OUT's first ``size`` bytes (its snapshot): OUT's header and
     the parts each task's latest ``ok`` attempt wrote, as the ledger beside OUT (``ledger``,
     default ``OUT.ledger``) claims them. None when there is no such ledger: every byte
     counts.
 
-    ``out``: OUT as its snapshot's descriptor finds it now (its inode and size). A part in
-    another file (OUT renamed or replaced since its row), or beyond OUT's end now (OUT
-    emptied or cut), is not to be trusted: it is left out and named in ``untrusted``. A
-    part beyond ``size`` but within OUT now was claimed after the snapshot: left out."""
+    ``out``: OUT as its snapshot's descriptor finds it now (its inode and size), or that
+    descriptor, looked at once the ledger is read (default: the file at ``path`` then). A
+    part in another file (OUT renamed or replaced since its row), or beyond OUT's end now
+    (OUT emptied or cut), is not to be trusted: it is left out and named in ``untrusted``.
+    A part beyond ``size`` but within OUT now was claimed after the snapshot: left out (OUT
+    is looked at after the ledger, so that such a part is never taken for one cut off)."""
     p = os.fspath(path)
     book = p + ".ledger" if ledger is None else os.fspath(ledger)
     if not os.path.lexists(book):
@@ -62,7 +64,11 @@ def committed_parts(
     view = LedgerView(pieces=True)
     with Snapshot(book, lock=lock, timeout=timeout) as snap:
         view.feed(snap.rows())
-    now = out if out is not None else out_file(p)
+    if isinstance(out, int):
+        st = os.fstat(out)
+        now: OutFile | None = OutFile(st.st_ino, st.st_size)
+    else:
+        now = out if out is not None else out_file(p)
     c = view.claims(now)
     parts = [piece for piece in c.parts if piece.offset + piece.length <= size]
     return Claims(min(c.header, size), parts, c.untrusted)
@@ -137,10 +143,8 @@ def committed_chunks(
         yield from iter_snapshot(fd, size)
         return
     try:
-        # Read after OUT's snapshot: a part claimed since lies beyond it and is left out.
-        st = os.fstat(fd)
-        now = OutFile(st.st_ino, st.st_size)
-        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout, out=now)
+        # Read after OUT's snapshot: a part claimed since lies beyond it and is left out
+        c = committed_parts(p, size, ledger=ledger, lock=lock, timeout=timeout, out=fd)
         if c is None:
             yield from pread_chunks(fd, size)
             return

@@ -10,8 +10,12 @@ callers can catch either way::
     ├── InputError(ValueError)          a source file that cannot be parsed
     ├── LockError(OSError)              no lock kind works on this filesystem
     │   └── LockTimeout(TimeoutError)   the lock was not had within the timeout
-    └── WriteError(OSError)             OUT could not be written
-        └── HoldError                   output held until its end could be kept nowhere
+    ├── WriteError(OSError)             OUT could not be written
+    │   └── HoldError                   output held until its end could be kept nowhere
+    ├── CallError(RuntimeError)         an Executor's call raised where it ran
+    ├── ResultError(ValueError)         what a call returned cannot come back as JSON
+    ├── GivenUp(RuntimeError)           a call's task was given up (its worker kept dying)
+    └── ExecutorBroken(RuntimeError)    an Executor's elements cannot run its calls
 
     ZotsinkWarning(UserWarning)         worth knowing, does not stop the work
 
@@ -27,12 +31,16 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CallError",
+    "ExecutorBroken",
+    "GivenUp",
     "HeaderMismatch",
     "HoldError",
     "InputError",
     "LockError",
     "LockTimeout",
     "RecordError",
+    "ResultError",
     "UsageError",
     "WriteError",
     "ZotsinkError",
@@ -111,3 +119,53 @@ class HoldError(WriteError):
     could be kept neither in memory nor in a temporary file, in ``$TMPDIR`` or beside OUT
     (both full): those lines are not in OUT, and the message says so. Raised per attempt,
     so that the attempt fails and the run goes on."""
+
+
+class CallError(ZotsinkError, RuntimeError):
+    """A call of an :class:`~zotsink.Executor` raised in the element that ran it: the
+    message starts with the exception's type and text; ``remote_type`` (``module.Name``),
+    ``remote_message`` and ``remote_traceback`` (the traceback's tail, from the call's own
+    frame on) carry them, and ``call_id`` names the call."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        call_id: str = "",
+        remote_type: str = "",
+        remote_message: str = "",
+        remote_traceback: str = "",
+        path: str | None = None,
+    ) -> None:
+        super().__init__(message, path=path)
+        self.call_id = call_id
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs: dict[str, Any] = {
+            "call_id": self.call_id,
+            "remote_type": self.remote_type,
+            "remote_message": self.remote_message,
+            "remote_traceback": self.remote_traceback,
+            "path": self.path,
+        }
+        return (_rebuild, (type(self), self.message, kwargs))
+
+
+class ResultError(ZotsinkError, ValueError):
+    """What a call of an :class:`~zotsink.Executor` returned cannot come back: JSON cannot
+    carry it, or it is larger than a record may be. The call ran; its value is not kept."""
+
+
+class GivenUp(ZotsinkError, RuntimeError):
+    """A call of an :class:`~zotsink.Executor` will not run again: the worker that ran its
+    task died (or its task failed) as many times as the Executor's ``max_attempts``."""
+
+
+class ExecutorBroken(ZotsinkError, RuntimeError):
+    """The elements of an :class:`~zotsink.Executor` cannot run its calls (they halted on
+    alike failures, a module they cannot import, or never began): every call not done
+    resolves with this one error, and new calls are refused. Nothing done is lost: fix the
+    cause, then ``Executor.attach(directory)`` runs the calls left."""

@@ -147,3 +147,32 @@ def test_cat_into_a_reader_that_leaves(tmp_path: Path, zotsink_cmd: list[str]) -
     p.stdout.close()  # `zotsink cat out | head -2`
     err = p.stderr.read()
     assert p.wait(60) == 0 and b"Traceback" not in err and err == b""
+
+
+def test_a_piece_committed_while_the_view_is_read_waits_for_the_next_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a run commits a task between the view's snapshot of OUT and its read of the ledger:
+    # that task's piece lies beyond the snapshot, which is no sign of OUT cut short
+    import warnings
+
+    import zotsink._read as read
+    from zotsink import read_records, run_tasks
+
+    tasks, out = tmp_path / "tasks.txt", tmp_path / "out.txt"
+    tasks.write_text("a\n")
+    run_tasks(tasks, out, ["echo"])
+    real = read.claims
+
+    def late(*args: object, **kwargs: object) -> object:
+        with open(tasks, "a") as f:
+            f.write("b\n")
+        run_tasks(tasks, out, ["echo"])
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(read, "claims", late)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(read_records(out)) == [["a"]]
+    monkeypatch.undo()
+    assert list(read_records(out)) == [["a"], ["b"]]

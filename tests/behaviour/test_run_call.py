@@ -236,6 +236,25 @@ def test_retries_run_a_killed_task_again_in_a_new_worker(job: Path) -> None:
     assert [x["attempt"] for x in ends(job)["exit"]] == ["1", "2"]
 
 
+@pytest.mark.parametrize(
+    ("lines", "follow"),
+    [(("exit",), ()), (("a", "exit"), ()), (("a", "exit"), ("--follow", "--idle", "1"))],
+)
+def test_retries_of_the_last_task_run_when_its_worker_was_the_last(
+    job: Path, lines: tuple[str, ...], follow: tuple[str, ...]
+) -> None:
+    # the worker that died was the run's only one, and nothing else was left to run: the
+    # retry needs a new worker all the same (it once ended the run, or waited forever)
+    tasks(job, *lines)
+    r = _run(
+        job, "run", "tasks.txt", "out.tsv", "--call", "funcs.py:dies", "--retries", "2",
+        "--columns", "item,pid", *follow,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr.decode()
+    assert [x["attempt"] for x in ends(job)["exit"]] == ["1", "2", "3"]
+    assert {x["status"] for x in ends(job)["exit"]} == {"killed"}
+
+
 def test_task_timeout_ends_the_worker_and_a_new_one_takes_the_rest(job: Path) -> None:
     tasks(job, "sleep 60", "after")
     t0 = time.monotonic()

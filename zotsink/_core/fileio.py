@@ -25,6 +25,7 @@ __all__ = [
     "lines_with_ends",
     "open_for_append",
     "open_regular",
+    "owner_problem",
     "pread_chunks",
     "same_file",
     "shared_write_problem",
@@ -232,6 +233,13 @@ def shared_write_problem(st: os.stat_result) -> str | None:
     return f"{' and '.join(who)} may write it (mode {stat.S_IMODE(st.st_mode):04o})"
 
 
+def owner_problem(st: os.stat_result) -> str | None:
+    """Why a file or directory (``st``: its stat) is not this user's own, or None."""
+    if st.st_uid == os.geteuid():
+        return None
+    return f"it belongs to {_user_name(st.st_uid)}, not to you"
+
+
 def side_file_problem(
     st: os.stat_result, path: str | None = None, *, own: bool = True
 ) -> str | None:
@@ -257,7 +265,7 @@ def side_file_problem(
     if st.st_uid == os.geteuid():
         return None
     if own:
-        return f"it belongs to {_user_name(st.st_uid)}, not to you"
+        return owner_problem(st)
     if path is None:
         return None
     try:

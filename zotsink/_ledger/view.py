@@ -647,6 +647,17 @@ class LedgerView:
         """A task's latest end that was not ok: (item, row time, run index, note)."""
         return self.fails.get(num)
 
+    def piece(self, num: int) -> Piece | None:
+        """The part of OUT task ``num``'s latest ok end claims (``pieces``); None when its
+        latest end is not ok, or claims no part (it printed nothing)."""
+        if num >= len(self.code) or self.code[num] != _OK:
+            return None
+        off = self.piece_off[num]
+        if off < 0:
+            return None
+        block, ino = self.blocks[self.piece_blk[num]]
+        return Piece(off, self.piece_len[num], num, ino, block)
+
     def claims(self, out: OutFile | None) -> Claims:
         """The parts of OUT each task's latest ok end claims (``pieces``), in OUT's order;
         those not in OUT as ``out`` finds it are named in ``untrusted``."""
@@ -654,18 +665,14 @@ class LedgerView:
         untrusted: list[tuple[int, str]] = []
         nums = self.keys if self.keys is not None else range(len(self.code))
         for num in nums:
-            if num >= len(self.code) or self.code[num] != _OK:
+            piece = self.piece(num)
+            if piece is None:
                 continue
-            off = self.piece_off[num]
-            if off < 0:
-                continue
-            length = self.piece_len[num]
-            block, ino = self.blocks[self.piece_blk[num]]
-            why = piece_problem(off, length, ino, out) if out is not None else None
+            why = None if out is None else piece_problem(piece.offset, piece.length, piece.ino, out)
             if why is not None:
                 untrusted.append((num, why))
                 continue
-            parts.append(Piece(off, length, num, ino, block))
+            parts.append(piece)
         parts.sort()
         return Claims(self.header, parts, untrusted)
 

@@ -50,6 +50,7 @@ from .schedout import pbs_alive, pbs_end, pbs_fields, sge_end, sge_tasks, slurm_
 __all__ = [
     "ANSWER_TTL",
     "COMMAND_TIMEOUT",
+    "MAX_INPUT",
     "PBS",
     "SCHEDULER_WAIT",
     "SGE_LISTING_TTL",
@@ -59,6 +60,7 @@ __all__ = [
     "GridEngine",
     "JobRef",
     "Slurm",
+    "array_alive",
     "asker",
     "choose",
     "forget_jobs",
@@ -137,11 +139,17 @@ def _started(child: subprocess.Popen[bytes] | None) -> None:
         _running_lock.notify_all()
 
 
-def run_command(argv: Sequence[str], timeout: float | None = None) -> Answer | None:
+def run_command(
+    argv: Sequence[str], timeout: float | None = None, *, input: bytes = b""
+) -> Answer | None:
     """Run a scheduler command: its :class:`Answer`; None when it cannot be started or has
     not ended (exited, and both its pipes closed) within ``timeout`` seconds (default
     :data:`COMMAND_TIMEOUT`). Never waits past the deadline for anything; whatever is left
-    of the command's process group when this returns is killed."""
+    of the command's process group when this returns is killed. ``input``: what it reads
+    on stdin (a job script: no more than a pipe holds, :data:`MAX_INPUT` bytes), else
+    ``/dev/null``."""
+    if len(input) > MAX_INPUT:
+        raise ValueError(f"a scheduler command's input is {len(input)} bytes, over {MAX_INPUT}")
     global _starting
     limit = COMMAND_TIMEOUT if timeout is None else timeout
     with _running_lock:
@@ -151,7 +159,7 @@ def run_command(argv: Sequence[str], timeout: float | None = None) -> Answer | N
     try:
         child = subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if input else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own group: killed whole, untouched by ours
@@ -161,6 +169,13 @@ def run_command(argv: Sequence[str], timeout: float | None = None) -> Answer | N
         _started(None)
         return None
     _started(child)
+    if input:
+        # the pipe holds it whole: written at once, never a wait on the command
+        assert child.stdin is not None
+        with suppress(OSError):
+            child.stdin.write(input)
+        with suppress(OSError):
+            child.stdin.close()
     exited = False
     try:
         out, err, exited = _collect(child, time.monotonic() + limit)
@@ -180,6 +195,18 @@ def run_command(argv: Sequence[str], timeout: float | None = None) -> Answer | N
     if not exited:
         return None
     return Answer(child.returncode, out, err)
+
+
+#: Bytes a scheduler command may be given on stdin: what a pipe holds on Linux (a job
+#: script is a few hundred), written before the command is waited for.
+MAX_INPUT: Final = 65536
+
+
+def array_alive(job: str) -> bool | None:
+    """PBS about a whole array job (``JOB[].SERVER``), which a question about one subjob
+    does not cover: queued or running (None: cannot tell)."""
+    got = run_command(["qstat", "-f", job])
+    return None if got is None else pbs_alive(*got)
 
 
 #: Seconds between looks for a command's exit where no pidfd tells it.

@@ -54,7 +54,7 @@ from .frames import (
 )
 from .usage import CallMeter
 
-__all__ = ["main"]
+__all__ = ["load_function", "main"]
 
 #: The plain value types marshal carries as they are (exactly these: marshal refuses a
 #: subclass, or dumps a NumPy scalar's raw buffer); other values become their record text.
@@ -87,6 +87,10 @@ def _load(spec: str) -> Callable[[str], Any]:
     if not callable(obj):
         raise TypeError(f"{name} in {where} is a {type(obj).__name__}, not a function")
     return obj  # type: ignore[no-any-return]
+
+
+#: FUNC of a spec, loaded as a worker loads it (an Executor's calls load theirs so too).
+load_function = _load
 
 
 def _taken(modname: str, path: str) -> bool:

@@ -19,12 +19,16 @@ from .._core.records import FORMATS
 from .._core.stop import end_at_stop_signals  # noqa: F401 - for status, which may not import _core
 from .._core.writer import SYNC_POLICIES
 from ..errors import (
+    CallError,
+    ExecutorBroken,
+    GivenUp,
     HeaderMismatch,
     HoldError,
     InputError,
     LockError,
     LockTimeout,
     RecordError,
+    ResultError,
     UsageError,
     WriteError,
     ZotsinkError,
@@ -44,6 +48,10 @@ EXIT_CODES: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (HeaderMismatch, 1),
     (RecordError, 1),
     (InputError, 1),
+    (ResultError, 1),
+    (CallError, 1),
+    (GivenUp, 1),
+    (ExecutorBroken, 1),
     (ZotsinkError, 1),
     (OSError, 74),
 )
