@@ -36,7 +36,15 @@ from zotsink._run.events import (
 )
 from zotsink._run.halting import Halting
 from zotsink._run.queue import Candidate, TaskQueue
-from zotsink._run.state import HOLD, LOOK_FIRST, LOOK_MOST, STOP_SETTLE, Plan, RunState
+from zotsink._run.state import (
+    BEGIN_WITHIN,
+    HOLD,
+    LOOK_FIRST,
+    LOOK_MOST,
+    STOP_SETTLE,
+    Plan,
+    RunState,
+)
 from zotsink._run.tasks import Task
 from zotsink._run.usage import Usage
 
@@ -356,6 +364,52 @@ def test_calls_begin_in_their_worker_and_return_with_their_own_time() -> None:
     assert abs(end.wait - 0.5) < 1e-9  # from its claim (at 0) to its begin
     out = r.turn(Claimed([], True), free=1)
     assert of(out, StopWorkers) and of(out, Done)
+
+
+def test_a_call_that_runs_past_the_commit_window_is_told_as_begun_in_its_worker() -> None:
+    r = Run(calls=True, jobs=2)
+    r.queue.add([Candidate(T[1], 1), Candidate(T[2], 1)])
+    r.turn(WorkerStarted(11, "s11"), WorkerReady(11), WorkerStarted(12, "s12"), WorkerReady(12))
+    r.turn(Claimed([(T[1], 1), (T[2], 1)], True), free=2)
+    r.turn(Began((1, 1), 11, "s11"), Began((2, 1), 12, "s12"), at=0.1, free=0)
+    out = r.turn(Returned((1, 1), 0, 0.01, Usage(), 0), at=0.2, free=1)
+    out += r.turn(Committed([Placed((1, 1), 0, 0, 0)]), at=0.3, free=1)
+    begun = [b for r_ in of(out, Rows) for b in r_.begins]
+    assert begun == []  # a quick call: its end row tells all; call 2 is too young yet
+    wake = r.state.wake()
+    assert wake is not None and wake <= 0.1 + BEGIN_WITHIN  # it is looked at by then
+    out = r.turn(at=0.05 + BEGIN_WITHIN, free=1)
+    assert [b for r_ in of(out, Rows) for b in r_.begins] == []
+    out = r.turn(at=0.1 + BEGIN_WITHIN, free=1)
+    assert [b for r_ in of(out, Rows) for b in r_.begins] == [((2, 1), 12, "s12")]
+
+
+def test_a_follow_run_with_idle_makes_way_while_other_runs_hold_tasks() -> None:
+    r = Run(mode="follow", idle=2.0)
+    r.turn()
+    r.claimed(drained=True)
+    at, done = 0.0, False
+    for _ in range(30):
+        out = r.turn(Looked(held=3), at=at)  # another run sits on three claimed tasks
+        if of(out, Done):
+            done = True
+            break
+        at = r.state.wake() or at
+    assert done and r.state.idled_out and 2.0 <= at < 10.0
+
+
+def test_a_pull_run_asks_the_scheduler_once_about_tasks_nothing_could_tell_of() -> None:
+    r = Run(mode="pull")
+    r.turn()
+    assert of(r.claimed(drained=True), Look) == [Look(deep=True, ask=False)]
+    out = r.turn(Looked(unknown=2))  # held by runs of another host: no word yet
+    assert not of(out, Done)
+    at = r.state.wake()
+    assert at is not None
+    out = r.turn(at=at)
+    assert of(out, Look) == [Look(deep=True, ask=True)]  # this one waits for the word
+    out = r.turn(Looked(unknown=2), at=at + 3.0)
+    assert of(out, Done)  # asked once: the run ends, and says what it could not tell
 
 
 def test_a_stop_holds_the_workers_and_what_they_hand_back_is_released() -> None:

@@ -154,8 +154,8 @@ class RunState:
         self.group = CommitGroup(plan.commit_bytes)
         self._committing: dict[Key, Attempt] | None = None  # a commit under way
         self._ends: list[tuple[Any, list[End]]] = []  # end groups to write
-        self._begins: dict[Key, tuple[int, str]] = {}  # begin rows to write: key -> process
-        self._begins_since = 0.0  # when the oldest begin row waiting was due
+        # begin rows to write: key -> its process (a call's: its worker's), and since when
+        self._begins: dict[Key, tuple[int, str, float]] = {}
         self._releases: list[Key] = []
         self._workers: list[tuple[int, str]] = []
         self._claiming = False
@@ -272,9 +272,7 @@ class RunState:
         if a is None:
             return
         a.began(self.now, ev.pid, ev.start)
-        if not self._begins:
-            self._begins_since = self.now
-        self._begins[ev.key] = (ev.pid, ev.start)
+        self._begins[ev.key] = (ev.pid, ev.start, self.now)
         self.queue.ran()
         if self.plan.task_timeout is not None:
             a.limit(a.started + self.plan.task_timeout)
@@ -303,6 +301,8 @@ class RunState:
         if a is None or a.phase != "sent":
             return
         a.began(self.now, ev.pid, ev.start)
+        # a call that runs on past the commit window is told as begun, in its worker
+        self._begins[ev.key] = (ev.pid, ev.start, self.now)
         if self.plan.task_timeout is not None:
             a.limit(a.started + self.plan.task_timeout)
         if self.stopping:
@@ -624,19 +624,31 @@ class RunState:
         workers with whatever goes first."""
         if self._claiming:
             return
-        begins_due = bool(self._begins) and self.now - self._begins_since >= BEGIN_WITHIN
+        oldest = self._oldest_begin()
+        begins_due = oldest is not None and self.now - oldest >= BEGIN_WITHIN
         if self._ends or self._releases or begins_due:
             self._out.append(self._rows(now=True))
 
+    def _oldest_begin(self) -> float | None:
+        """When the oldest begin row waiting was due (None: none waits); the attempts live
+        at once are few (--jobs)."""
+        return min((since for _p, _s, since in self._begins.values()), default=None)
+
     def _rows(self, *, now: bool) -> Rows:
+        # only begins a commit window old: a task that ends sooner needs none (its end row
+        # says all), and most do
+        old = self.now - BEGIN_WITHIN
+        due = {k: b for k, b in self._begins.items() if b[2] <= old}
+        for k in due:
+            del self._begins[k]
         rows = Rows(
-            begins=[(k, pid, start) for k, (pid, start) in self._begins.items()],
+            begins=[(k, pid, start) for k, (pid, start, _since) in due.items()],
             ends=self._ends,
             releases=self._releases,
             workers=self._workers,
             now=now,
         )
-        self._begins, self._ends, self._releases, self._workers = {}, [], [], []
+        self._ends, self._releases, self._workers = [], [], []
         return rows
 
     def _looking_now(self) -> bool:
@@ -706,6 +718,7 @@ class RunState:
             due.append(self.look_at)
         if self.queue.claimed_count and self.plan.hold > 0:
             due.append(self.now + self.plan.hold)
-        if self._begins:
-            due.append(self._begins_since + BEGIN_WITHIN)
+        oldest = self._oldest_begin()
+        if oldest is not None:
+            due.append(oldest + BEGIN_WITHIN)
         return min(due) if due else None
