@@ -357,14 +357,16 @@ def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int 
     # where OUT is, for status and missing --ledger to check ok rows against OUT even when
     # no file of OUT's name is left (rotated away) or the ledger has a name of its own:
     # relative to the ledger, so that the two moved together still find each other
-    settings["out"] = os.path.relpath(
-        os.path.abspath(o.out), os.path.dirname(os.path.abspath(o.ledger_path))
-    )
+    here = os.path.dirname(os.path.abspath(o.ledger_path))
+    settings["out"] = os.path.relpath(os.path.abspath(o.out), here)
+    # the task list, found the same way: one OUT holds the records of one list's tasks
+    settings["list"] = os.path.relpath(os.path.abspath(o.tasks), here)
     if o.pull:
         # chunked and pull runs share a ledger: pull is not compared, only recorded (for
         # status and missing), and each task runs once either way
         settings["pull"] = "follow" if o.follow else "yes"
     recorded = view.settings
+    _one_list(o, recorded, here)
     settings = reconcile(
         recorded,
         settings,
@@ -376,6 +378,45 @@ def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int 
     )
     ledger.record(settings, recorded)
     return recorded_max_attempts(settings)
+
+
+def _one_list(o: RunOptions, recorded: Mapping[str, str] | None, here: str) -> None:
+    """Refuse a run of another task list into an OUT that holds a list's records: task N
+    of the ledger is line N of one list, and the committed view of OUT would show the new
+    list's tasks in place of the old ones' (their records hidden, ``status`` of the old list
+    fooled). The recorded list is the one its runs recorded (relative to the ledger); one
+    that is gone or renamed since cannot be told from this one, and is let be, as is a copy
+    of it byte for byte (a list staged to a node's own disk)."""
+    named = (recorded or {}).get("list")
+    if not named:
+        return
+    theirs = os.path.join(here, named)
+    try:
+        same = os.path.samefile(theirs, o.tasks) or _same_bytes(theirs, o.tasks)
+    except OSError:
+        return  # gone, or renamed: nothing to tell this list from
+    if not same:
+        raise UsageError(
+            f"{o.out} holds the records of the tasks of {os.path.relpath(theirs)} (its ledger "
+            f"{o.ledger_path} says so), and this run's task list is {o.tasks}: task N is line "
+            "N of one list, so the records of the first would vanish from the committed view. "
+            "Give this list an OUT of its own (or add its lines to the first list: `zotsink "
+            f"add {os.path.relpath(theirs)} < {o.tasks}`)",
+            path=o.ledger_path,
+        )
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    """Whether two files hold the same bytes."""
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            x, y = fa.read(1 << 20), fb.read(1 << 20)
+            if x != y:
+                return False
+            if not x:
+                return True
 
 
 def _element_tasks(o: RunOptions) -> list[Task]:
@@ -496,13 +537,13 @@ def _pool(
     )
 
 
-def _elsewhere(selected: int, queue: TaskQueue, state: RunState) -> int:
+def _elsewhere(selected: int, queue: TaskQueue, state: RunState, left: int) -> int:
     """Tasks another run finished or runs: a chunk's as its looks found them; a pull run's,
-    every task of the list that was neither ok before it nor its own."""
+    every task of the list that was neither ok before it, nor its own, nor left waiting."""
     if queue.mode == "chunk":
         return queue.elsewhere
     mine = len(state.final)
-    return max(selected - queue.skipped - mine - len(queue.given_up), 0)
+    return max(selected - queue.skipped - mine - len(queue.given_up) - left, 0)
 
 
 def _report(
@@ -532,7 +573,7 @@ def _report(
         signal=o.stopper.signum if o.stopper is not None else None,
         error=out.error or lg.error or state.error or pool.ledger_error,
         outcomes=(out, lg, bk),
-        elsewhere=_elsewhere(selected, queue, state),
+        elsewhere=_elsewhere(selected, queue, state, len(left)),
         halted=state.halted,
         given_up=len(queue.given_up),
         max_attempts=max_attempts,

@@ -216,10 +216,11 @@ def run_cmd(
     otherwise is refused.
 
     \b
-    Exit codes: 0 every task ok, 1 a task not ok (or given up) or records
-    refused, 2 usage or settings other than the recorded (binding) ones,
-    3 tasks left waiting for a run (named; none failed), 74 I/O error and
-    75 lock timeout (records spilled), 128+N after signal N.
+    Exit codes: 0 every task ok, 1 a task not ok (or given up), records
+    refused or a task line with a NUL byte passed by, 2 usage or settings
+    other than the recorded (binding) ones, 3 tasks left waiting for a run
+    (named; none failed), 74 I/O error and 75 lock timeout (records
+    spilled), 128+N after signal N.
     """
     from .. import Stopper, run_tasks
 
@@ -325,6 +326,14 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         # the ledger refused a start row: the tasks it announced were not run
         click.echo(f"zotsink: error: {r.error}", err=True)
         failed = failed or r.error
+    if r.passed:
+        shown = ",".join(map(str, r.passed[:20])) + (",..." if len(r.passed) > 20 else "")
+        click.echo(
+            f"zotsink: warning: {counted(len(r.passed), 'line')} of {tasks} with a NUL byte "
+            f"passed by, no task (line {shown}): a producer wrote binary there; add the "
+            "tasks again as whole lines (`zotsink add`)",
+            err=True,
+        )
     if r.taken_over:
         say(f"{r.taken_over} tasks of runs that died were run here")
     if r.unknown:
@@ -347,7 +356,8 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         say(f"stopped by {signal.Signals(r.signal).name}; what the tasks printed was kept")
     # a given-up task is not ok either, nor is a run that halted: the job must not look
     # finished
-    not_done = r.rejected + len(bad) + r.given_up + (r.halted is not None)
+    # and a line passed by for its NUL byte was meant as a task, most likely
+    not_done = r.rejected + len(bad) + r.given_up + (r.halted is not None) + len(r.passed)
     if r.to_run is not None:
         # the last line: what the stop left (a job script's log ends with it)
         say(f"stopped by `zotsink stop`: {counted(r.to_run, 'task')} left to run")
