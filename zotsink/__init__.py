@@ -87,6 +87,8 @@ _LAZY = {
     "add_tasks": "zotsink._run.add",
     "close_tasks": "zotsink._run.close",
     "stop_runs": "zotsink._run.close",
+    "release_runs": "zotsink._run.close",
+    "Released": "zotsink._run.close",
     "read_control": "zotsink._run.close",
     "Control": "zotsink._ledger.control",
     "read_runs": "zotsink._run.runs",
@@ -160,7 +162,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._recover import RecoverReport, recover
     from ._run.add import add_tasks
     from ._run.advise import Advice, TaskUse, UseTally, advise
-    from ._run.close import close_tasks, read_control, stop_runs
+    from ._run.close import Released, close_tasks, read_control, release_runs, stop_runs
     from ._run.failures import FailedTask, FailureGroup, failure_tail, group_failures
     from ._run.page import status_page, write_page
     from ._run.report import (

@@ -105,6 +105,9 @@ FIELDS: Final = {
     "close": ("lines",),
     "open": ("note",),
     "stop": ("note",),
+    # runs a user declared gone (``zotsink release``): their tasks are free, whatever the
+    # pid table or the scheduler says (a host that is gone, with no scheduler to ask)
+    "gone": ("runs", "note"),
     "relay": ("what", "job", "seen", "note"),
 }
 _WIDTH: Final = {kind: len(names) + 5 for kind, names in FIELDS.items()}
@@ -169,7 +172,7 @@ def advance(state: State, kind: str, fields: dict[str, str] | Sequence[str]) -> 
     stamps rows by."""
     if kind in ("claim", "release"):
         return state._replace(xgen=state.xgen + 1)
-    if kind in ("close", "open", "stop"):
+    if kind in ("close", "open", "stop", "gone"):
         return state._replace(ctl=state.ctl + 1)
     if kind == "run":
         settings = fields["settings"] if isinstance(fields, dict) else fields[-1]

@@ -121,6 +121,7 @@ class RunRecord:
         "element",
         "first_at",
         "first_time",
+        "gone",
         "host",
         "hostid",
         "id",
@@ -147,6 +148,7 @@ class RunRecord:
         self.first_at = self.last_at = at
         self.first_time = self.last_time = row.time
         self.claimed = self.begun = self.ok = self.not_ok = self.released = 0
+        self.gone = False  # a user declared it gone (``zotsink release``)
         self.workers: list[tuple[int, str]] = []  # a --call run's workers: (pid, start)
 
     @property
@@ -224,6 +226,7 @@ class LedgerView:
             "end": self._end,
             "release": self._release,
             "worker": self._worker,
+            "gone": self._gone_row,
         }
 
     # -- folding ---------------------------------------------------------------------------
@@ -278,6 +281,13 @@ class LedgerView:
             record.settings = parse_settings(row.fields["settings"])
         if record.settings is not None and row.fields["settings"]:
             self.settings, self.settings_at = record.settings, at
+
+    def _gone_row(self, at: int, row: Row) -> None:
+        self._who(at, row)
+        for run_id in row.fields["runs"].split(","):
+            r = self.run_index.get(run_id)
+            if r is not None:
+                self.runs[r].gone = True
 
     def _worker(self, at: int, row: Row) -> None:
         r = self._who(at, row)
@@ -518,7 +528,8 @@ class LedgerView:
                 run = self.runs[r]
                 live = alive.get(r, _ASK)
                 if live is _ASK:
-                    live = alive[r] = judge.run_alive(run)
+                    # a run declared gone is dead, its tasks' processes too: the user's word
+                    live = alive[r] = False if run.gone else judge.run_alive(run)
                 if live or live is None:
                     final[num] = _CLAIMED if c == _CLAIMED else _RUNNING
                     if live is None:
@@ -527,12 +538,12 @@ class LedgerView:
                 if c == _CLAIMED:
                     h = held.get(r)
                     if h is None:
-                        h = held[r] = judge.workers_alive(run)
-                    h = h or judge.claim_held(run, num)
+                        h = held[r] = not run.gone and judge.workers_alive(run)
+                    h = h or (not run.gone and judge.claim_held(run, num))
                     final[num] = _CLAIMED if h else _NEVER
                     continue
                 pid, start = self.procs.get(num, (0, ""))
-                orphan = judge.task_alive(run, pid, start) if pid else False
+                orphan = judge.task_alive(run, pid, start) if pid and not run.gone else False
                 if orphan or orphan is None:
                     final[num] = _RUNNING
                     if orphan is None:

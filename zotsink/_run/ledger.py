@@ -455,14 +455,23 @@ def _end_fields(committed: Any, group: Sequence[End]) -> list[str]:
 
 
 def write_control(
-    path: str, kind: str, *, lines: int | None = None, lock: str = "auto", timeout: float = 600.0
+    path: str,
+    kind: str,
+    *,
+    lines: int | None = None,
+    runs: Sequence[str] = (),
+    note: str = "",
+    lock: str = "auto",
+    timeout: float = 600.0,
 ) -> None:
-    """Append a control row (``close`` with the task list's ``lines``, ``open``, ``stop``)
-    to the ledger at ``path`` (made when missing), under its lock, fsynced, stamped with
-    the state after the last row (its ``ctl`` counter moved: every run notices it at its
-    next claim). Raises LockTimeout/LockError/WriteError."""
-    assert kind in ("close", "open", "stop")
-    field = "" if lines is None else str(lines)
+    """Append a control row (``close`` with the task list's ``lines``, ``open``, ``stop``,
+    ``gone`` naming ``runs`` a user declared gone) to the ledger at ``path`` (made when
+    missing), under its lock, fsynced, stamped with the state after the last row (its
+    ``ctl`` counter moved: every run notices it at its next claim). Raises
+    LockTimeout/LockError/WriteError."""
+    assert kind in ("close", "open", "stop", "gone")
+    lines_field = "" if lines is None else str(lines)
+    fields = [",".join(runs), note] if kind == "gone" else [lines_field]
 
     def stamp(fd: int, st: os.stat_result, data: bytes) -> bytes:
         size = st.st_size
@@ -470,7 +479,7 @@ def write_control(
             tail_state(path, fd, size, settle=True, coherent=writer.coherent) if size else INITIAL
         )
         state = state._replace(ctl=state.ctl + 1)
-        return make_row(kind, time.time(), "-", [field], state)
+        return make_row(kind, time.time(), "-", fields, state)
 
     writer = Writer(
         path, lock=lock, sync="fsync", header=header_of(path), side_file=True, prepare=stamp

@@ -47,6 +47,7 @@ class RunInfo(NamedTuple):
     alive: bool | None  # None: nobody can tell (another host, no scheduler answer)
     stopping: bool  # a stop row came after it began
     claimed: int = 0  # tasks it claimed and has not begun
+    id: str = ""  # its id in the ledger (what ``zotsink release --run`` takes)
     # seconds since its latest row, when no task of it runs (a run that follows its list
     # and waits for lines, or waits on other runs' tasks); None while one runs
     idle: float | None = None
@@ -118,6 +119,7 @@ def live_runs(view: LedgerView, judge: Any, *, recent: int = RECENT_RUNS) -> Liv
             alive=alive,
             stopping=r.first_at < control.stop_at,
             claimed=claimed,
+            id=r.id,
             idle=None if running else max(0.0, now - r.last_time),
         )
         if alive:

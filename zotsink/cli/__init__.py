@@ -38,6 +38,7 @@ COMMANDS: Final = {
     "add": ("zotsink.cli.add", "add_cmd", "Append task lines to a task list; print their numbers."),
     "close": ("zotsink.cli.close", "close_cmd", "No more task lines will come: follow runs end."),
     "stop": ("zotsink.cli.close", "stop_cmd", "Live runs finish their running tasks and exit."),
+    "release": ("zotsink.cli.close", "release_cmd", "Free the tasks of runs that are gone."),
 }
 
 

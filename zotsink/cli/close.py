@@ -1,5 +1,5 @@
-"""``zotsink close TASKS OUT`` and ``zotsink stop TASKS OUT``: rows in the ledger that tell
-the runs of a task list what to do."""
+"""``zotsink close TASKS OUT``, ``zotsink stop TASKS OUT`` and ``zotsink release TASKS OUT
+--run RUN``: rows in the ledger that tell the runs of a task list what to do."""
 
 from __future__ import annotations
 
@@ -96,3 +96,50 @@ def stop_cmd(
     path = _ledger_path("stop", out, ledger)
     state = run_api(lambda: stop_runs(tasks, path, lock=lock, timeout=timeout))
     say(f"stop recorded in {path} at {state.stop_time}: live runs finish their tasks and exit")
+
+
+@click.command("release", context_settings=CONTEXT)
+@_ledger_args
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    required=True,
+    metavar="RUN",
+    help="A run that is gone: its id or HOST:PID, as `zotsink status` names it (repeatable).",
+)
+@read_lock_options
+@quiet_option
+def release_cmd(
+    tasks: str,
+    out: str | None,
+    ledger: str | None,
+    runs: tuple[str, ...],
+    lock: str,
+    timeout: float,
+    quiet: bool,
+) -> None:
+    """Declare runs gone that nothing here can tell are dead (a host that is gone,
+    no scheduler that answers), so that their tasks run again.
+
+    \b
+    A run on another host is judged by its scheduler; where none answers, its
+    tasks stay held (status: "nothing here can tell whether it lives"). Your
+    word that it is gone is recorded in the ledger: its claimed tasks are free,
+    its running ones lost, and the next runs take them. A run this host sees
+    alive is refused: stop it instead. If the run lives after all, its tasks
+    run twice at once: be sure.
+    Exit codes: 0 done, 1 TASKS unreadable, 2 usage (no such run, or one that
+    holds nothing, or lives), 74 I/O error, 75 lock timeout.
+    """
+    from .. import release_runs
+
+    set_verbosity(0, quiet)
+    path = _ledger_path("release", out, ledger)
+    gone = run_api(lambda: release_runs(tasks, path, runs, lock=lock, timeout=timeout))
+    for r in gone:
+        where = f"{r.host} pid {r.pid}" + (f" job {r.job}" if r.job else "")
+        say(
+            f"run {r.id} ({where}) released: {r.claimed} claimed and {r.running} running "
+            "tasks of it are free for the next runs"
+        )

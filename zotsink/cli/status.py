@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from typing import TYPE_CHECKING, Final
@@ -188,6 +189,8 @@ def status_cmd(
     if out is None and ledger is None:
         raise click.UsageError(_no_ledger(tasks))
     path = ledger if ledger is not None else f"{out}.ledger"
+    where = shlex.join([tasks, out] if out is not None else [tasks, "--ledger", path])
+    release = f"zotsink release {where}"
     if list_jobs:
         from .. import ledger_jobs
 
@@ -216,10 +219,19 @@ def status_cmd(
 
     report = read()
     if waiting:
+        if not report.to_run and report.unknown:
+            # nothing waits for a run, yet tasks are held by runs nobody can tell of: a
+            # submitter that resubmits on this exit would wait for ever without a word
+            click.echo(
+                f"zotsink: {counted(len(report.unknown), 'task')} held by runs whose life "
+                f"nothing here can tell: `zotsink status {where}` names them and how to "
+                "release a run that is gone",
+                err=True,
+            )
         sys.exit(0 if report.to_run else 1)
     if watch:
         report = _watch(read, interval, report)
-    said = _said(report, as_json)
+    said = _said(report, as_json, release)
     if failed or html_path is not None or by is not None or advise:
         # each of these reads the ledger again: the tally (a few bytes per task, and the
         # task list) is let go first, so that one is in memory at a time
@@ -262,7 +274,7 @@ def status_cmd(
 
             def draw(now: StatusReport) -> StatusReport:
                 nonlocal said
-                said = _said(now, as_json)
+                said = _said(now, as_json, release)
                 now = now._replace(states={})  # its tally let go (the only reference)
                 again = group_failures(failures()[0])
                 _write_page(page, tasks, path, now, again, lock, timeout, quiet=True)
@@ -303,14 +315,17 @@ def status_cmd(
     sys.exit(0 if report.all_ok else 1)
 
 
-def _said(report: StatusReport, as_json: bool) -> tuple[list[str], dict[str, Any]]:
+def _said(
+    report: StatusReport, as_json: bool, release: str = ""
+) -> tuple[list[str], dict[str, Any]]:
     """What the report says at the end, in words and as --json, taken while its tally is
     at hand."""
-    return status_lines(report), report.to_dict() if as_json else {}
+    return status_lines(report, release), report.to_dict() if as_json else {}
 
 
-def status_lines(report: StatusReport) -> list[str]:
-    """The report in words, one line each: counts by state, the rate and ETA, the slowest."""
+def status_lines(report: StatusReport, release: str = "") -> list[str]:
+    """The report in words, one line each: counts by state, the rate and ETA, the slowest.
+    ``release``: the command that releases a run (``zotsink release TASKS OUT``)."""
     c = report.counts
     # counts holds every state, in the ledger's order of states: the line keeps that order
     # a run writes a task's start row when it claims it, a moment before it starts (a task
@@ -342,7 +357,7 @@ def status_lines(report: StatusReport) -> list[str]:
             "(their tasks as running)"
         )
     if report.runs is not None:
-        lines += runs_lines(report.runs, follow=report.follow)
+        lines += runs_lines(report.runs, follow=report.follow, release=release)
     if c["given-up"]:
         from .. import array_spec
 
@@ -398,10 +413,10 @@ def _next_lines(report: StatusReport) -> list[str]:
 RUNS_SHOWN: Final = 10
 
 
-def runs_lines(runs: LiveRuns, *, follow: bool = False) -> list[str]:
+def runs_lines(runs: LiveRuns, *, follow: bool = False, release: str = "") -> list[str]:
     """The live runs, the task list closed or not, a stop being obeyed: in words.
     ``follow``: the runs follow the task list (``--follow``), so whether it is open says
-    what they do next."""
+    what they do next; ``release``: the command that releases a run nothing can tell of."""
     from .. import rate_text
 
     ctl = runs.control
@@ -430,9 +445,13 @@ def runs_lines(runs: LiveRuns, *, follow: bool = False) -> list[str]:
     if len(runs.live) > RUNS_SHOWN:
         lines.append(f"  ... and {len(runs.live) - RUNS_SHOWN} more (--json lists them)")
     for r in runs.unknown[:RUNS_SHOWN]:
+        held = counted(r.running, "task") + " running"
+        if r.claimed:
+            held += f", {r.claimed} claimed"
+        gone = f"; if it is gone: {release} --run {r.id}" if release and r.id else ""
         lines.append(
-            f"run {r.host} pid {r.pid} job {r.job or '-'}: {counted(r.running, 'task')} "
-            "running, and nothing here can tell whether it lives (ask its scheduler)"
+            f"run {r.id or '-'} ({r.host} pid {r.pid} job {r.job or '-'}): {held}, and "
+            f"nothing here can tell whether it lives (ask its scheduler){gone}"
         )
     return lines
 
