@@ -565,3 +565,15 @@ def test_scheduler_commands_are_named_only_by_the_scheduler_module() -> None:
             if isinstance(node, ast.Constant) and node.value in SCHEDULER_COMMANDS:
                 found.append(rel)
     assert found and set(found) == {"_run/scheduler.py"}, found
+
+
+def test_a_wait_for_an_answer_that_came_already_returns_it_under_a_stopper() -> None:
+    """The run waits under its Stopper; a question answered before the wait began is no
+    wait at all (and no error: nothing was registered to take back)."""
+    from zotsink._core.stop import Stopper
+
+    question = scheduler._Question("answered", lambda: True)
+    assert question.wait(10)
+    with Stopper():
+        assert question.wait(10) and question.wait(0)
+        assert question.answer is True

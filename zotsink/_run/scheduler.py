@@ -521,12 +521,12 @@ class _Question(Generic[T]):
         stopper = current_stopper()
         if stopper is None:
             return self.done.wait(timeout)
-        r, w = os.pipe()
+        with self._lock:
+            if self.done.is_set():
+                return True
+            r, w = os.pipe()
+            self._wakers.append(w)
         try:
-            with self._lock:
-                if self.done.is_set():
-                    return True
-                self._wakers.append(w)
             poller = select.poll()
             poller.register(r, select.POLLIN)
             poller.register(stopper.wakeup_fd, select.POLLIN)
