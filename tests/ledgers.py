@@ -4,9 +4,12 @@ name (through zotsink's own row view, :func:`zotsink.read_ledger`).
 Each event is a dict of text values: ``event`` is ``start`` for a claim (a task a run took
 to run: the ledger's ``claim``), ``begin``, ``end`` or ``release``; ``run`` rows carry a
 run's settings in ``note`` and the control rows (``close``, ``open``, ``stop``) their kind;
-``tasknum``, ``key`` (the task's line, from the task list the ledger's run recorded),
-``attempt``, ``status``, ``exit``, ``signal``, ``seconds``, ``records``, ``bytes``,
-``note``, ``host``, ``pid``, ``job``, ``array_task``, ``out_offset``.
+``time`` (UTC, ISO 8601 with microseconds: in order as text too), ``tasknum``, ``key`` (the
+task's line, from the task list the ledger's run recorded), ``attempt``, ``status``,
+``exit``, ``signal``, ``seconds``, ``records``, ``bytes``, ``note``, ``host``, ``pid``,
+``job``, ``array_task``, ``out_offset``, ``out_ino`` and ``out_block`` (where an end's
+records went: their offset in OUT, the inode OUT was then, and ``OFFSET:LENGTH`` of the
+block of the end row that holds them), ``process`` (a begin's ``PID:START``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from zotsink import ZotsinkWarning
 from zotsink._ledger.events import task_events
 from zotsink._ledger.format import (
     FIELDS,
@@ -27,9 +32,11 @@ from zotsink._ledger.format import (
     begin_items_text,
     end_items_text,
     header_line,
+    iso_time,
     line_crc,
     make_row,
     notes_text,
+    parse_blocks,
     parse_row,
     tasks_text,
 )
@@ -39,12 +46,24 @@ from zotsink._run.alive import host_identity, proc_start
 from zotsink._run.tasks import task_lines
 
 
-def recorded_tasks(path: Path) -> Path | None:
+def _snapshot(path: Path, lock: bool) -> Snapshot:
+    """A pass over the ledger's rows: under its shared lock, or (``lock=False``, a format 2
+    ledger) of the bytes there now, for a test whose writer may hold the lock for ever (a
+    frozen node)."""
+    if lock:
+        return Snapshot(path)
+    fd = os.open(path, os.O_RDONLY)
+    return Snapshot.under_lock(str(path), fd, os.fstat(fd).st_size, 0)
+
+
+def recorded_tasks(path: Path, snap: Snapshot) -> Path | None:
     """The task list the ledger's latest run recorded (relative to where it ran: the
     ledger's directory in the tests), when it exists."""
     view = LedgerView()
-    with Snapshot(path) as snap:
+    with warnings.catch_warnings():  # a torn row is told of once, by the pass after this
+        warnings.simplefilter("ignore", ZotsinkWarning)
         view.feed(snap.rows())
+    snap.torn.clear()
     given = (view.settings or {}).get("tasks")
     if not given:
         return None
@@ -72,21 +91,32 @@ BLANK = dict.fromkeys(
         "bytes",
         "note",
         "out_offset",
+        "out_ino",
+        "out_block",
+        "process",
     ),
     "",
 ) | {"tasknum": "0"}
 
 
 def ledger_rows(
-    path: Path, tasks: Path | None = None, *, every: bool = False
+    path: Path, tasks: Path | None = None, *, every: bool = False, lock: bool = True
 ) -> list[dict[str, str]]:
     """The events (``every``: ``begin`` and ``release`` too; else the claims as ``start``
-    rows and the ends, what a ledger told of a task's attempts in zotsink 0.1)."""
+    rows and the ends, what a ledger told of a task's attempts in zotsink 0.1), read under
+    the ledger's shared lock (``lock=False``: of the bytes there now, see :func:`_snapshot`)."""
     if not path.exists():
         return []
-    tasks = tasks if tasks is not None else recorded_tasks(path)
+    with _snapshot(path, lock) as snap:
+        return _events(path, snap, tasks, every)
+
+
+def _events(path: Path, snap: Snapshot, tasks: Path | None, every: bool) -> list[dict[str, str]]:
+    tasks = tasks if tasks is not None else recorded_tasks(path, snap)
     keys = task_lines(tasks)[0] if tasks is not None else None
     out: list[dict[str, str]] = []
+
+    last: list[Row] = []  # the row the events coming out now are of (read lazily)
 
     def rows(snap: Snapshot) -> Iterator[tuple[int, Row]]:
         for at, row in snap.rows():
@@ -94,35 +124,52 @@ def ledger_rows(
                 out.append({**BLANK, "event": "run", "note": row.fields["settings"]})
             elif row.kind in ("close", "open", "stop"):
                 out.append({**BLANK, "event": row.kind})
+            last[:] = [row]
             yield at, row
 
-    with Snapshot(path) as snap:
-        for e in task_events(rows(snap), keys):
-            if not every and e.event in ("begin", "release"):
-                continue
-            out.append(
-                {
-                    "event": "start" if e.event == "claim" else e.event,
-                    "time": f"{e.time:.6f}",
-                    "tasknum": str(e.tasknum),
-                    "key": e.key,
-                    "attempt": str(e.attempt),
-                    "job": e.job,
-                    "array_task": e.array_task,
-                    "host": e.host,
-                    "pid": e.pid,
-                    "status": e.status,
-                    "exit": e.exit,
-                    "signal": e.signal,
-                    "seconds": "" if e.seconds is None else f"{e.seconds:.6f}",
-                    "records": str(e.records),
-                    "bytes": str(e.bytes),
-                    "note": e.note,
-                    "out_offset": "" if e.offset < 0 else str(e.offset),
-                    "process": e.process,
-                }
-            )
+    for e in task_events(rows(snap), keys):
+        if not every and e.event in ("begin", "release"):
+            continue
+        out.append(
+            {
+                "event": "start" if e.event == "claim" else e.event,
+                "time": iso_time(e.time),
+                "tasknum": str(e.tasknum),
+                "key": e.key,
+                "attempt": str(e.attempt),
+                "job": e.job,
+                "array_task": e.array_task,
+                "host": e.host,
+                "pid": e.pid,
+                "status": e.status,
+                "exit": e.exit,
+                "signal": e.signal,
+                "seconds": "" if e.seconds is None else f"{e.seconds:.6f}",
+                "records": str(e.records),
+                "bytes": str(e.bytes),
+                "note": e.note,
+                "out_offset": "" if e.offset < 0 else str(e.offset),
+                "out_ino": last[0].fields["out"].partition(":")[0] if e.event == "end" else "",
+                "out_block": _block(last[0], e.offset) if e.event == "end" else "",
+                "process": e.process,
+            }
+        )
     return out
+
+
+def _block(row: Row, offset: int) -> str:
+    """``OFFSET:LENGTH`` of the block of an end row that holds the piece at ``offset`` (its
+    CRC covers the block whole: a block cut short vouches for none of its pieces)."""
+    for b in parse_blocks(row.fields["blocks"]):
+        if b.offset <= offset < b.offset + b.length:
+            return f"{b.offset}:{b.length}"
+    return ""
+
+
+def begins(path: Path) -> list[dict[str, str]]:
+    """The ``begin`` events so far: a run writes a task's once it has run a moment (one that
+    ends sooner may have none), naming the task's own process (``process``)."""
+    return [e for e in ledger_rows(path, every=True) if e["event"] == "begin"]
 
 
 def rewrite_rows(path: Path, change: Callable[[Row], Row | None]) -> None:
@@ -224,6 +271,12 @@ class Book:
 
     def release(self, num: int, attempt: int = 1) -> Book:
         self._rows.append(("release", [tasks_text([(num, attempt)])]))
+        return self
+
+    def row(self, kind: str, *fields: str) -> Book:
+        """A row of any kind, a newer release's too (its fields as that release writes
+        them)."""
+        self._rows.append((kind, list(fields)))
         return self
 
     def write(self) -> None:

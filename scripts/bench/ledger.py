@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark reading a large ``zotsink run`` ledger: ``status`` and ``missing --ledger``.
 
-Makes a task list of N lines and a ledger of 2 N rows as ``zotsink run`` writes them (a
-start and an end row per task; one task in 33 failed, one in 1,000 has only its start row,
-from a run process that is gone), then runs, alternately and R times each:
+Makes a task list of N lines and a ledger as array elements of ``zotsink run --chunk 100
+--jobs 2`` write it (each element: its run row, a claim of its 100 tasks, and a begin and
+an end row per 10 tasks; one task in 33 failed, one in 1,000 began and never ended, its
+run and its process gone), then runs, alternately and R times each:
 
     zotsink status tasks.txt --ledger out.tsv.ledger
     zotsink status tasks.txt --ledger out.tsv.ledger --by element
@@ -36,51 +37,76 @@ import time
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-COLUMNS = [
-    "event",
-    "time",
-    "tasknum",
-    "key",
-    "attempt",
-    "job",
-    "array_task",
-    "host",
-    "pid",
-    "status",
-    "exit",
-    "signal",
-    "seconds",
-    "records",
-    "bytes",
-    "note",
-]
+#: Tasks per array element, and per begin and end row of an element.
+CHUNK, GROUP = 100, 10
+#: A pid no process has (above Linux's PID_MAX_LIMIT, 4,194,304): the lost task's process.
+GONE_PID = 4_194_304
 
 
 def _make(work: str, n: int) -> tuple[str, str]:
+    from zotsink._ledger.format import (
+        INITIAL,
+        EndItem,
+        advance,
+        begin_items_text,
+        end_items_text,
+        header_line,
+        line_crc,
+        make_row,
+        tasks_text,
+    )
+    from zotsink._run.alive import host_identity
+
     tasks_path = os.path.join(work, "tasks.txt")
     ledger_path = os.path.join(work, "out.tsv.ledger")
     with open(tasks_path, "w") as f:
         f.writelines(f"img/{i:07d}.jpg\n" for i in range(1, n + 1))
-    host = os.uname().nodename
-    with open(ledger_path, "w") as f:
-        f.write("\t".join(COLUMNS) + "\n")
-        block: list[str] = []
-        for i in range(1, n + 1):
-            job, pid = 4000 + i // 100, 100000 + i // 100
-            # a start with no end reads as lost on this host once its pid is gone: one
-            # above Linux's PID_MAX_LIMIT (4,194,304) is never alive
-            pid_text = str(4_194_304 + i) if i % 1000 == 0 else str(pid)
-            sec, us = divmod(i, 1_000_000)
-            t0 = f"2026-11-24T{10 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}.{us:06d}Z"
-            t1 = f"2026-11-24T{11 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}.{us:06d}Z"
-            common = f"{i}\timg/{i:07d}.jpg\t1\t{job}\t{i // 100}\t{host}\t{pid_text}"
-            block.append(f"start\t{t0}\t{common}\t\t\t\t\t\t\t\n")
-            if i % 1000 != 0:
-                status, code = ("failed", 1) if i % 33 == 0 else ("ok", 0)
-                block.append(
-                    f"end\t{t1}\t{common}\t{status}\t{code}\t\t{i % 97 / 10:.1f}\t{i % 5}\t"
-                    f"{i % 300}\t\n"
-                )
+    host, hostid = host_identity()
+    state = INITIAL
+    t0 = time.time() - 86400
+
+    def row(kind: str, t: float, run: str, fields: list[str]) -> bytes:
+        nonlocal state
+        state = advance(state, kind, fields)
+        return make_row(kind, t, run, fields, state)
+
+    with open(ledger_path, "wb") as f:
+        f.write(header_line())
+        block: list[bytes] = []
+        for first in range(1, n + 1, CHUNK):
+            element = (first - 1) // CHUNK + 1
+            nums = range(first, min(n, first + CHUNK - 1) + 1)
+            run, t = f"{element:08x}", t0 + first / 1000
+            # the run's process is gone: no process started at clock tick 1 since boot
+            who = [host, hostid, str(100000 + element), "1", str(4000 + element), str(element)]
+            block.append(row("run", t, run, [*who, ""]))
+            lines = [f"img/{i:07d}.jpg" for i in nums]
+            claim = [tasks_text((i, 1) for i in nums), f"{line_crc(lines):x}"]
+            block.append(row("claim", t, run, claim))
+            for g in range(0, len(nums), GROUP):
+                group = nums[g : g + GROUP]
+                begun = [
+                    (i, 1, GONE_PID if i % 1000 == 0 else 200_000 + i % 100_000, "1") for i in group
+                ]
+                block.append(row("begin", t + g, run, [begin_items_text(begun)]))
+                items = [
+                    EndItem(
+                        i,
+                        1,
+                        "failed" if i % 33 == 0 else "ok",
+                        "1" if i % 33 == 0 else "0",
+                        i % 97 * 100_000,
+                        None,
+                        i % 5,
+                        i % 300,
+                        True,
+                        None,
+                        None,
+                    )
+                    for i in group
+                    if i % 1000 != 0
+                ]
+                block.append(row("end", t + g + 1, run, [":0", "", end_items_text(items), ""]))
             if len(block) > 20000:
                 f.writelines(block)
                 block = []

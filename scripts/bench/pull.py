@@ -15,12 +15,13 @@ Three parts, each printed as a table with the command, the date and the load:
           of a claim (p50, p99), and the peak RSS of each run (``wait4``: the run or the
           worker it reaped, whichever was larger). Every task is counted back in OUT, once.
   claims  C claimer processes calling the ledger's claim (``Ledger.claim``, the function a
-          pull run's pool calls) one task at a time, as fast as the lock lets them, each
-          claim also writing the end row of the task claimed before: the locked claims per
-          second the ledger sustains, and the hold of each.
+          pull run's pool calls, by the cursor) one task at a time, as fast as the lock lets
+          them, each claim also writing the end row of the task claimed before: the locked
+          claims per second the ledger sustains, and the hold of each.
   sizes   the claim's lock hold of a few pull runs over the last tasks of a list of 1,000
           tasks and of 1,000,000 tasks, the ledger already holding the rows of every other
-          task (done by earlier runs): the hold must not grow with the ledger.
+          task (done by earlier runs: a claim and an end row per 100 tasks): the hold must
+          not grow with the ledger.
 
 How the lock hold is measured: each run (or claimer) is started through this script, which
 wraps ``Writer._write_locked`` (the part of an append that runs under the lock: the fresh
@@ -48,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,13 +61,19 @@ TRIVIAL = "def task(line):\n    return line\n"
 #: One append of a ledger under its lock: when it began (perf_counter), seconds held,
 #: whether it claimed, tasks claimed, bytes of news it read, CPU seconds of the holder.
 Hold = tuple[float, float, int, int, int, float]
+#: Tasks per claim row (and per end row) of a ledger filled as earlier runs left it.
+FILL_BLOCK = 100
+#: A pid no process has (above the largest pid_max): the filled ledger's run is gone.
+GONE_PID = 4_194_304
 
 # -- the child side: a run or a claimer, its ledger's lock holds recorded ------------------
 
 
 def _record_holds(holds: list[Hold]) -> None:
     """Wrap the writer's locked part for ledger writers: (start, seconds held, whether it
-    claimed, tasks claimed, bytes of news read) per append."""
+    claimed, tasks claimed, bytes of news read) per append. A claim reads the rows other
+    runs appended only when one of them claimed or freed tasks by name, or a control row
+    came: the news are the bytes it folded under the lock."""
     from zotsink._core import writer
     from zotsink._run.ledger import Ledger
 
@@ -79,14 +85,15 @@ def _record_holds(holds: list[Hold]) -> None:
         if not isinstance(ledger, Ledger):
             return inner(self, fd, st, data)
         claiming = ledger._want is not None
-        news = st.st_size - ledger._seen
+        seen = ledger._seen
         t0, c0 = clock(), cpu()
         try:
             return inner(self, fd, st, data)
         finally:
             held, used = clock() - t0, cpu() - c0
-            got = len(ledger._picked.claimed) if claiming else 0
-            holds.append((t0, held, int(claiming), got, news, used))
+            result = ledger._result if claiming else None
+            got = len(result.tasks) if result is not None else 0
+            holds.append((t0, held, int(claiming), got, ledger._seen - seen, used))
 
     writer.Writer._write_locked = timed  # type: ignore[method-assign]
 
@@ -96,58 +103,9 @@ def _dump(path: str, holds: list[Hold]) -> None:
         f.writelines(f"{a:.6f} {b:.7f} {c} {d} {e} {g:.7f}\n" for a, b, c, d, e, g in holds)
 
 
-def _defer_watched() -> None:
-    """A second design, tried here before zotsink: under the lock, the rows of tasks the
-    queue watches (running in other runs; judged again only once the run's own candidates
-    are gone) are set aside undecoded and folded after the append, outside the lock. Only
-    the rows of tasks the pick may look at are decoded under it."""
-    from zotsink._ledgerfile import tasknum_of
-    from zotsink._run.ledger import Ledger
-
-    fold, hook, claim = Ledger._fold, Ledger._claim_tasks, Ledger.claim
-
-    def _fold(self: Any, rows: Any, *, news: bool, at: int = 0) -> None:
-        watched = getattr(self, "_watched", None)
-        if watched is None or not news:
-            return fold(self, rows, news=news, at=at)
-        pos = at
-        for line in rows:
-            here, pos = pos, pos + len(line) + 1
-            if line and tasknum_of(line) in watched:
-                self._aside.append(line)
-            else:
-                fold(self, [line], news=True, at=here)
-        return None
-
-    def _claim_tasks(self: Any, fd: int, st: os.stat_result, data: bytes) -> bytes:
-        want = self._want
-        self._watched = getattr(want[0], "watched", None) if want is not None else None
-        try:
-            return hook(self, fd, st, data)
-        finally:
-            self._watched = None
-
-    def _claim(self: Any, queue: Any, want: int, ends: Any) -> Any:
-        self._aside = []
-        try:
-            got = claim(self, queue, want, ends)
-        except BaseException:
-            self._aside = []  # not claimed: the news are read again next time
-            raise
-        aside, self._aside = self._aside, []
-        fold(self, aside, news=True)
-        return got
-
-    Ledger._fold = _fold  # type: ignore[method-assign]
-    Ledger._claim_tasks = _claim_tasks  # type: ignore[method-assign]
-    Ledger.claim = _claim  # type: ignore[method-assign]
-
-
 def child_run(holds_path: str, argv: list[str]) -> None:
     """``zotsink ARGV`` in this process, its ledger holds written to ``holds_path``."""
     holds: list[Hold] = []
-    if os.environ.get("ZOTSINK_BENCH_DESIGN") == "defer":
-        _defer_watched()
     _record_holds(holds)
     from zotsink.cli import main
 
@@ -157,38 +115,29 @@ def child_run(holds_path: str, argv: list[str]) -> None:
         _dump(holds_path, holds)
 
 
-class _Task:
-    __slots__ = ("line", "num")
-
-    def __init__(self, num: int, line: str) -> None:
-        self.num, self.line = num, line
-
-
-def child_claim(holds_path: str, ledger_path: str, first: int, count: int, claims: int) -> None:
-    """Claim tasks first..first+count-1 one at a time, ``claims`` times (or until none is
-    left), each claim writing the previous task's end row: a claimer with no work between."""
+def child_claim(holds_path: str, ledger_path: str, tasks_path: str, claims: int) -> None:
+    """Claim the task list's next task by the cursor, one at a time, ``claims`` times (or
+    until none is left), each claim writing the end row of the task claimed before: a
+    claimer with no work between."""
     holds: list[Hold] = []
     _record_holds(holds)
+    from zotsink._run.attempt import End
+    from zotsink._run.events import Usage
     from zotsink._run.ledger import Ledger
-    from zotsink._run.states import begin_scan
 
-    tasks = {n: f"t{n}" for n in range(first, first + count)}
-    begun = begin_scan(ledger_path, tasks)
-    ledger = Ledger(ledger_path)
-    ledger.begin(tasks, begun.states, begun.size, rerun=False)
-    todo: deque[_Task] = deque(_Task(n, line) for n, line in tasks.items())
+    ledger = Ledger(ledger_path, tasks=tasks_path, env={})
+    ledger.open()
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     sys.stdin.readline()  # every claimer starts at once
-    ends: list[bytes] = []
     for _ in range(claims):
-        got, _dropped = ledger.claim(todo, 1, ends)
-        if not got:
+        got = ledger.claim(1, [], cursor=True, closed_lines=None)
+        if not got.tasks:
             break
-        task, attempt = got[0]
-        ends = [ledger.end_row(task.num, task.line, attempt, status="ok", exit=0)]
-    if ends:
-        ledger.append(ends)
+        task, attempt = got.tasks[0]
+        end = End((task.num, attempt), "ok", "0", 0.001, None, 1, 0, True, Usage(), "")
+        ledger.put(ends=[(None, [end])])
+    ledger.flush()
     ledger.close()
     _dump(holds_path, holds)
 
@@ -251,7 +200,6 @@ def pull_runs(
     root: Path,
     prefixes: Sequence[list[str]] = ([],),
     jobs: int = 1,
-    design: str = "",
 ) -> dict[str, Any]:
     """R pull runs started together on a fresh OUT (in ``work``); their figures."""
     d = Path(tempfile.mkdtemp(prefix=f"{way}-", dir=work))
@@ -260,8 +208,6 @@ def pull_runs(
     argv = ["run", "tasks.txt", "out.txt", "--pull", "--jobs", str(jobs)]
     argv += ["--call", "triv.py:task"] if way == "call" else ["--", "echo"]
     env = child_env(root)
-    if design:
-        env["ZOTSINK_BENCH_DESIGN"] = design
     procs = []
     load_before = load()
     t0 = time.perf_counter()
@@ -366,16 +312,17 @@ def print_runs(rows: list[dict[str, Any]], label: str = "") -> None:
 
 def claimers(work: Path, n: int, claims: int, prefill: int, root: Path) -> dict[str, Any]:
     """n claimer processes (see child_claim) on a ledger already holding ``prefill`` tasks
-    done (two rows each); their figures."""
+    done; their figures."""
     d = Path(tempfile.mkdtemp(prefix="claims-", dir=work))
-    ledger = d / "out.txt.ledger"
-    fill_ledger(ledger, prefill)
+    ledger, tasks = d / "out.txt.ledger", d / "tasks.txt"
     total = n * claims
+    write_tasks(tasks, prefill + total)
+    fill_ledger(ledger, tasks, prefill)
     env = child_env(root)
     procs = []
     for i in range(n):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child-claim", str(d / f"h.{i}")]
-        cmd += [str(ledger), str(prefill + 1), str(total), str(claims)]
+        cmd += [str(ledger), str(tasks), str(claims)]
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
     for p in procs:
         if p.stdout.readline().strip() != b"ready":  # type: ignore[union-attr]
@@ -392,10 +339,7 @@ def claimers(work: Path, n: int, claims: int, prefill: int, root: Path) -> dict[
     wall = time.perf_counter() - t0
     holds = read_holds([d / f"h.{i}" for i in range(n)])
     got = [h for h in holds if h[2] and h[3]]
-    starts = 0
-    with open(ledger, "rb") as f:
-        for ln in f:
-            starts += ln.startswith(b"start\t")
+    starts = claimed(ledger, root)
     shutil.rmtree(d)
     return {
         "claimers": n,
@@ -414,23 +358,63 @@ def claimers(work: Path, n: int, claims: int, prefill: int, root: Path) -> dict[
     }
 
 
-def fill_ledger(path: Path, n: int) -> None:
-    """A ledger of n tasks done (a start and an ok end row each), as runs before wrote it."""
-    from zotsink._ledgerfile import LATER_COLUMNS, LEDGER_COLUMNS
+def claimed(ledger: Path, root: Path) -> int:
+    """How many task claims the ledger holds, as ``root``'s zotsink reads them."""
+    count = (
+        "import sys; from zotsink import read_ledger; "
+        "print(sum(e.event == 'claim' for e in read_ledger(sys.argv[1])))"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", count, str(ledger)],
+        env=child_env(root),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(got.stdout)
 
-    cols = (*LEDGER_COLUMNS, *LATER_COLUMNS)
-    blank = "\t" * (len(cols) - 9)
-    host = os.uname().nodename
-    with open(path, "w") as f:
-        f.write("\t".join(cols) + "\n")
-        for start in range(1, n + 1, 50_000):
-            block = []
-            for i in range(start, min(n, start + 49_999) + 1):
-                common = f"{i}\tt{i}\t1\t\t\t{host}\t{4_194_304 + i % 1000}"
-                block.append(f"start\t2026-11-26T10:00:00.000000Z\t{common}{blank}\n")
-                end = f"end\t2026-11-26T10:00:01.000000Z\t{common}\tok\t0"
-                block.append(end + "\t" * (len(cols) - 11) + "\n")
-            f.writelines(block)
+
+def fill_ledger(path: Path, tasks: Path, n: int) -> int:
+    """A ledger of the first n tasks of ``tasks`` done, as pull runs before wrote it: a run
+    row, then a claim by the cursor and an end row per :data:`FILL_BLOCK` tasks, each row
+    stamped with the state after it (the cursor past the tasks claimed). Its rows."""
+    import zlib
+
+    from zotsink._ledger.format import (
+        INITIAL,
+        EndItem,
+        end_items_text,
+        header_line,
+        line_crc,
+        make_row,
+        tasks_text,
+    )
+    from zotsink._run.alive import host_identity
+
+    host, hostid = host_identity()
+    run = "0b5e55ed"
+    state = INITIAL
+    t = time.time() - 3600
+    rows = 1
+    with open(tasks, "rb") as f, open(path, "wb") as out:
+        out.write(header_line())
+        out.write(make_row("run", t, run, [host, hostid, str(GONE_PID), "1", "", "", ""], state))
+        for first in range(1, n + 1, FILL_BLOCK):
+            last = min(n, first + FILL_BLOCK - 1)
+            raw = b"".join(f.readline() for _ in range(first, last + 1))
+            lines = raw.decode().splitlines()
+            state = state._replace(
+                next=last + 1, at=state.at + len(raw), span=len(raw), span_crc=zlib.crc32(raw)
+            )
+            claim = [tasks_text((num, 1) for num in range(first, last + 1))]
+            out.write(make_row("claim", t, run, [*claim, f"{line_crc(lines):x}"], state))
+            items = [
+                EndItem(num, 1, "ok", "0", 1000, 1, 1, 0, True, None, None)
+                for num in range(first, last + 1)
+            ]
+            out.write(make_row("end", t + 1, run, [":0", "", end_items_text(items), ""], state))
+            rows += 2
+    return rows
 
 
 def sizes(work: Path, runs: int, fresh: int, totals: Sequence[int], root: Path) -> list[dict]:
@@ -441,7 +425,7 @@ def sizes(work: Path, runs: int, fresh: int, totals: Sequence[int], root: Path) 
     for total in totals:
         d = Path(tempfile.mkdtemp(prefix=f"size-{total}-", dir=work))
         write_tasks(d / "tasks.txt", total)
-        fill_ledger(d / "out.txt.ledger", total - fresh)
+        filled = fill_ledger(d / "out.txt.ledger", d / "tasks.txt", total - fresh)
         (d / "triv.py").write_text(TRIVIAL)
         env = child_env(root)
         argv = ["run", "tasks.txt", "out.txt", "--pull", "--call", "triv.py:task"]
@@ -467,7 +451,7 @@ def sizes(work: Path, runs: int, fresh: int, totals: Sequence[int], root: Path) 
         rows.append(
             {
                 "total": total,
-                "ledger_rows": 2 * (total - fresh),
+                "ledger_rows": filled,
                 "ledger_mb": (d / "out.txt.ledger").stat().st_size / 1e6,
                 "claims": len(got),
                 "hold_p50_ms": 1e3 * pct([h[1] for h in got], 0.5),
@@ -538,7 +522,7 @@ def main() -> None:
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--child-claim":
         a = sys.argv[2:]
-        child_claim(a[0], a[1], int(a[2]), int(a[3]), int(a[4]))
+        child_claim(a[0], a[1], a[2], int(a[3]))
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=64, help="pull runs started together [64]")
@@ -555,11 +539,6 @@ def main() -> None:
     ap.add_argument("--only", help="parts to run: runs,claims,sizes [all]")
     ap.add_argument("--root", help="another source tree to run turn about with this one")
     ap.add_argument("--gluster", action="store_true", help="runs over the cluster's nodes")
-    ap.add_argument(
-        "--design",
-        choices=["defer"],
-        help="also run this tree with a second design patched into its runs (see _defer_watched)",
-    )
     ap.add_argument("--quick", action="store_true", help="8 runs/claimers, 5,000 tasks")
     ap.add_argument("--dir", help="where to work (default: a temporary directory)")
     args = ap.parse_args()
@@ -599,8 +578,6 @@ def bench(
 ) -> None:
     print(f"# in {work}")
     roots = [("", ROOT)] + ([("@", Path(args.root).resolve())] if args.root else [])
-    if args.design:
-        roots.append(("+" + args.design, ROOT))  # this tree, the design patched in
     if "runs" in parts:
         for n in {args.tasks, args.command_tasks}:
             write_tasks(work / f"tasks-{n}.txt", n)
@@ -613,8 +590,7 @@ def bench(
                 order.reverse()
             for way, label, root in order:
                 n = args.tasks if way == "call" else args.command_tasks
-                design = label[1:] if label.startswith("+") else ""
-                res = pull_runs(work, args.runs, n, way, root, prefixes, design=design)
+                res = pull_runs(work, args.runs, n, way, root, prefixes)
                 results.setdefault((way, label), []).append(res)
                 print_runs([res], label)
         for label, _root in roots[1:]:
@@ -632,7 +608,7 @@ def bench(
             "tree  prefill  claims  claims/s  hold p50 ms  p99 ms  CPU p50 ms  p99 ms  locked  "
             "load before/after"
         )
-        for label, root in [r for r in roots if not r[0].startswith("+")]:
+        for label, root in roots:
             c = claimers(work, args.claimers, args.claims, 1000, root)
             print(
                 f"{label or 'this':4s} {c['prefill']:8,d} {c['claims']:7,d} {c['claims_s']:9.1f} "

@@ -64,7 +64,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from statistics import mean
 
@@ -305,10 +304,6 @@ class Measure:
     phases: str  # where the time went, said in one line
 
 
-def when(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
 def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) -> str:
     """Where one way's time went: when its elements started and ended after the first
     sbatch, and, for a ``run`` way, from its ledger, each element's start until its first
@@ -327,28 +322,29 @@ def phases_of(cpu_dir: Path, ledger: Path | None, wall0: float, seconds: float) 
     )
     if ledger is None:
         return text
+    from zotsink import read_ledger
+
     first: dict[str, float] = {}
     last: dict[str, float] = {}
-    busy: dict[str, float] = {}  # the ledger's seconds: a task's start to its commit
+    busy: dict[str, float] = {}  # the ledger's times: a task's claim to its commit
+    claimed: dict[tuple[int, int], float] = {}
     tasks = 0
-    ran: dict[str, int] = {}  # ok end rows per task: more than one is a task run twice
-    with ledger.open() as f:
-        header = f.readline().rstrip("\n").split("\t")
-        col = {name: i for i, name in enumerate(header)}
-        for line in f:
-            row = line.rstrip("\n").split("\t")
-            if row[col["event"]] not in ("start", "end"):
-                continue
-            key = f"{row[col['job']]}_{row[col['array_task']]}"
-            t = when(row[col["time"]]) - wall0
-            if row[col["event"]] == "start":
-                first[key] = min(first.get(key, t), t)
-            else:
-                last[key] = max(last.get(key, t), t)
-                busy[key] = busy.get(key, 0.0) + float(row[col["seconds"]] or 0)
-                tasks += 1
-                if row[col["status"]] == "ok":
-                    ran[row[col["tasknum"]]] = ran.get(row[col["tasknum"]], 0) + 1
+    ran: dict[int, int] = {}  # ok ends per task: more than one is a task run twice
+    for e in read_ledger(ledger):
+        if e.event not in ("claim", "end"):
+            continue
+        # the ledger names a job CLUSTER:JOB where Slurm names its cluster
+        key = f"{e.job.rpartition(':')[2]}_{e.array_task}"
+        t = e.time - wall0
+        if e.event == "claim":
+            first[key] = min(first.get(key, t), t)
+            claimed[e.tasknum, e.attempt] = e.time
+        else:
+            last[key] = max(last.get(key, t), t)
+            busy[key] = busy.get(key, 0.0) + e.time - claimed.get((e.tasknum, e.attempt), e.time)
+            tasks += 1
+            if e.status == "ok":
+                ran[e.tasknum] = ran.get(e.tasknum, 0) + 1
     keys = [k for k in spans if k in first and k in last]
     if not keys:
         return text + "; no ledger rows of these elements"

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import Book
+
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 
 
@@ -290,15 +292,11 @@ def test_cat_output_help_names_its_metavar() -> None:
 
 
 def _ledger(path: Path, tasks: int, not_ok: set[int]) -> None:
-    from zotsink._run.ledger import Ledger
-
-    book = Ledger(path, env={})
-    rows = []
+    book = Book(path)
     for n in range(1, tasks + 1):
         if n not in not_ok:
-            rows += [book.start_row(n, f"t{n}", 1), book.end_row(n, f"t{n}", 1, status="ok")]
-    book.append(rows)
-    book.close()
+            book.claim(n, 1, f"t{n}").begin(n, 1).end(n, 1, status="ok")
+    book.write()
 
 
 def test_missing_with_a_ledger_in_outs_place_says_to_use_ledger(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ledgers import rewrite_rows
+from tests.ledgers import begins, rewrite_rows
 from zotsink import ZotsinkWarning, read_ledger
 from zotsink._ledger.v1 import COLUMNS as V1_COLUMNS
 
@@ -112,8 +112,12 @@ def test_a_start_row_whose_pid_now_belongs_to_another_process_is_lost(
     )
     try:
         ledger = tmp_path / "out.tsv.ledger"
-        # The task has started, so its start row is in the ledger (fsynced before).
+        # The task has started; its begin row, naming its process, follows a moment later.
         task_pid = int((tmp_path / "ready").read_text())
+        deadline = time.monotonic() + 60
+        while not begins(ledger):
+            assert time.monotonic() < deadline, "no begin row"
+            time.sleep(0.01)
         code, report, err = status_json(zotsink, tasks, "out.tsv")
         assert code == 1
         assert report["counts"]["running"] == 1, (report, err)

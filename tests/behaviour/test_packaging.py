@@ -38,8 +38,8 @@ def test_the_shipped_recipe_matches_pyproject() -> None:
 @pytest.mark.parametrize(
     ("recipe_edit", "pyproject_edit", "message"),
     [
-        (("version(\"0.1.0\"", "version(\"0.2.0\""), None,
-         r"package\.py:\d+: version '0\.2\.0': pyproject\.toml says '0\.1\.0'"),
+        (("version(\"0.2.0\"", "version(\"0.3.0\""), None,
+         r"package\.py:\d+: version '0\.3\.0': pyproject\.toml says '0\.2\.0'"),
         (("sha256=\"da8a", "sha256=\"ea8a"), None,
          r"package\.py:\d+: sha256 ea8a\w+ differs from the easyconfig's da8a"),
         (("    depends_on(\"py-filelock@3.16:\", type=(\"build\", \"run\"))\n", ""), None,
@@ -52,7 +52,7 @@ def test_the_shipped_recipe_matches_pyproject() -> None:
          r"want \['build', 'run'\]"),
         (("class Zotsink(", "class PyZotsink("), None,
          r"package\.py:\d+: class PyZotsink\(PythonPackage\): want Zotsink\(PythonPackage\)"),
-        (("pypi = \"zotsink/zotsink-0.1.0.tar.gz\"", "pypi = \"zotsink/zotsink-0.0.9.tar.gz\""),
+        (("pypi = \"zotsink/zotsink-0.2.0.tar.gz\"", "pypi = \"zotsink/zotsink-0.0.9.tar.gz\""),
          None, r"package\.py:\d+: pypi = 'zotsink/zotsink-0\.0\.9\.tar\.gz'"),
         (None, ("    \"filelock>=3.16\",\n", "    \"filelock>=3.16\",\n    \"psutil>=5\",\n"),
          r"package\.py:\d+: missing depends_on\('py-psutil@5:'\) for pyproject\.toml"),

@@ -1,7 +1,7 @@
 """``zotsink run`` end to end, with real task processes: selection, whole output, failures.
 
 Each test reads the three files a run leaves (OUT, OUT.log, OUT.ledger) and checks exact
-counts; the ledger is read as the TSV it is, with the stdlib only.
+counts; the ledger is read through tests/ledgers.py (zotsink's own row view).
 """
 
 from __future__ import annotations

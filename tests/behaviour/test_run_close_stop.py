@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from waiting import wait_for
+from tests.behaviour.waiting import wait_for
+from tests.ledgers import ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -41,10 +42,8 @@ def test_close_reopen_and_stop_from_the_command_line(tmp_path: Path, zotsink: Ru
     assert d["total"] == 3 and d["counts"]["never"] == 3 and d["to_run"] == 3
     assert d["runs"]["closed"] is False and d["runs"]["stop_offset"] is not None
     assert d["runs"]["live"] == [] and d["runs"]["runs"] == 0
-    events = [
-        line.split("\t")[0] for line in (tmp_path / "out.tsv.ledger").read_text().splitlines()
-    ]
-    assert events == ["event", "close", "close", "open", "stop", "stop"]
+    events = [r["event"] for r in ledger_rows(tmp_path / "out.tsv.ledger", every=True)]
+    assert events == ["close", "close", "open", "stop", "stop"]
 
 
 def test_status_shows_a_live_run_and_the_stop_it_obeys(
@@ -72,8 +71,8 @@ def test_status_shows_a_live_run_and_the_stop_it_obeys(
     def ready() -> bool:  # task 3 runs, and the ends of tasks 1 and 2 are in the ledger
         if not (tmp_path / "started").exists():
             return False
-        rows = ledger.read_text().splitlines()
-        return sum(r.split("\t")[9:10] == ["ok"] for r in rows) == 2
+        rows = ledger_rows(ledger)
+        return sum(r["event"] == "end" and r["status"] == "ok" for r in rows) == 2
 
     wait_for(ready, run, "started task 3 after 1 and 2 ended")
     r = zotsink("status", "tasks.txt", "out.tsv", "--json")

@@ -43,7 +43,7 @@ def add(d: Path, data: str) -> None:
 
 
 def start_rows(d: Path) -> dict[str, str]:
-    """Task line -> its task number, as the start rows name them."""
+    """Task line -> its task number, as the claims name them."""
     rows = ledger_rows(d / "out.txt.ledger")
     return {r["key"]: r["tasknum"] for r in rows if r["event"] == "start"}
 

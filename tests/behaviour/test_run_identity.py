@@ -1,12 +1,13 @@
-"""What an ``ok`` row proves, and what the readers do when OUT or the task list changed.
+"""What an ``ok`` end proves, and what the readers do when OUT or the task list changed.
 
-An ``ok`` row names its piece of OUT by place (``out_offset``, ``bytes``), by file
-(``out_ino``) and by content (``out_crc``). A piece that is not there, not whole or not the
-same is never shown as that task's records: ``cat`` and ``verify`` say which tasks,
-``status`` counts them ``lost``, and a resubmission runs them again when OUT is another
-file or shorter. A task is its number and its line: after a line was inserted at the top
-of the task list, the view holds each line once. A ledger of a newer release is read for
-what the releases share. Real ``zotsink`` processes throughout.
+An ``end`` row names its tasks' records in OUT by place (each block's offset and length),
+by file (OUT's inode) and by content (each block's CRC). A piece that is not there, not
+whole or not the same is never shown as that task's records: ``cat`` and ``verify`` say
+which tasks, ``status`` counts them ``lost``, and a resubmission runs them again when OUT
+is another file or shorter. A task is its number and its line: after a line was inserted
+at the top of the task list, the view holds each line once. A newer release's rows of a
+kind this release does not know are passed over; a ledger of a newer format is refused.
+Real ``zotsink`` processes throughout.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ledgers import ledger_rows
+from tests.ledgers import Book, ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -28,13 +29,14 @@ Run = Callable[..., subprocess.CompletedProcess[bytes]]
 TASK = r"""
 import os, sys, time
 
+from zotsink import read_ledger
+
 item = sys.argv[1]
 if item == "rotate":
     end = time.monotonic() + 60
     while time.monotonic() < end:
-        with open("out.tsv.ledger") as f:
-            ends = [ln.split("\t")[2] for ln in f if ln.startswith("end\t")]
-        if "1" in ends and "2" in ends:
+        ends = {e.tasknum for e in read_ledger("out.tsv.ledger") if e.event == "end"}
+        if {1, 2} <= ends:
             break
         time.sleep(0.01)
     os.rename("out.tsv", "out.tsv.1")
@@ -171,29 +173,21 @@ def test_a_line_inserted_at_the_top_leaves_each_line_once_in_the_view(
     assert r.returncode == 0 and b'"unclaimed": 2' in r.stdout
 
 
-def _newer(d: Path, *, column: bool, kind: bool) -> None:
-    """Make the ledger look as a newer release might write it: a column after the known
-    ones (every row has it), and a row of a kind this release does not know."""
-    path = d / "out.tsv.ledger"
-    lines = path.read_text().splitlines()
-    head = lines[0].split("\t")
-    if column:
-        head.append("future")
-        lines = [lines[0] + "\tfuture"] + [ln + "\tx" for ln in lines[1:]]
-    if kind:
-        row = dict.fromkeys(head, "")
-        row.update(event="pause", time="2026-11-26T10:00:00.000000Z", tasknum="1")
-        row.update(key="alpha", attempt="1", host="elsewhere", pid="1")
-        lines.append("\t".join(row[c] for c in head))
-    path.write_text("".join(ln + "\n" for ln in lines))
+def _newer(d: Path) -> bytes:
+    """A run of a newer release appends a row of a kind this release does not know, whole
+    (about task 1 on another host); its bytes."""
+    ledger = d / "out.tsv.ledger"
+    Book(ledger, host="elsewhere").row("pause", "1", "until 10:00").write()
+    return ledger.read_bytes().splitlines(keepends=True)[-1]
 
 
 def test_a_newer_release_s_row_kind_is_passed_over_not_a_failure(job: Path, zotsink: Run) -> None:
     tasks(job, ["alpha", "beta"])
     assert zotsink("run", "tasks.txt", "out.tsv", *CMD).returncode == 0
-    _newer(job, column=False, kind=True)
+    _newer(job)
     r = zotsink("status", "tasks.txt", "out.tsv")
     assert r.returncode == 0 and "2 ok" in r.stderr.decode(), r.stderr.decode()
+    assert "torn" not in r.stderr.decode()
     r = zotsink("missing", "tasks.txt", "--ledger", "out.tsv.ledger")
     assert r.returncode == 0 and r.stdout == b"", r.stdout
     r = zotsink("run", "tasks.txt", "out.tsv", "--max-attempts", "1", *CMD)
@@ -201,20 +195,33 @@ def test_a_newer_release_s_row_kind_is_passed_over_not_a_failure(job: Path, zots
     assert ok_rows(job) == Counter({"alpha": 1, "beta": 1})
 
 
-def test_a_newer_release_s_column_is_kept_and_its_ledger_appended_to(
-    job: Path, zotsink: Run
-) -> None:
+def test_a_newer_release_s_row_is_kept_and_its_ledger_appended_to(job: Path, zotsink: Run) -> None:
     tasks(job, ["alpha", "beta"])
     assert zotsink("run", "tasks.txt", "out.tsv", *CMD).returncode == 0
-    _newer(job, column=True, kind=True)
+    newer = _newer(job)
     tasks(job, ["alpha", "beta", "gamma"])
     r = zotsink("run", "tasks.txt", "out.tsv", *CMD)
     assert r.returncode == 0, r.stderr.decode()
-    assert "1 ok, 2 already ok" in r.stderr.decode()
+    assert "1 ok, 2 already ok" in r.stderr.decode() and "torn" not in r.stderr.decode()
+    data = (job / "out.tsv.ledger").read_bytes()
+    assert data.count(newer) == 1 and not data.endswith(newer)
     rows = ledger_rows(job / "out.tsv.ledger")
-    assert all(len(r) == len(rows[0]) and None not in r for r in rows)
-    assert rows[-1]["future"] == "" and rows[-1]["key"] == "gamma"
+    assert rows[-1]["key"] == "gamma" and rows[-1]["status"] == "ok"
     lines, err = cat(zotsink, "out.tsv")
     assert lines == records(["alpha", "beta", "gamma"]) and err == ""
     r = zotsink("status", "tasks.txt", "out.tsv")
     assert r.returncode == 0 and "3 ok" in r.stderr.decode(), r.stderr.decode()
+
+
+def test_a_ledger_of_a_newer_format_is_refused_and_left_as_it_is(job: Path, zotsink: Run) -> None:
+    tasks(job, ["alpha", "beta"])
+    ledger = job / "out.tsv.ledger"
+    ledger.write_bytes(b"zotsink-ledger\t3\tzotsink>=0.9\nlater\t1\t2\t3\n")
+    for args in (("status", "tasks.txt", "out.tsv"), ("run", "tasks.txt", "out.tsv", *CMD)):
+        r = zotsink(*args)
+        err = " ".join(r.stderr.decode().split())
+        assert r.returncode == 1 and "a ledger of format 3" in err, err
+        assert "zotsink>=0.9 reads it" in err and "keep this ledger as it is" in err, err
+        assert "Traceback" not in err
+    assert ledger.read_bytes() == b"zotsink-ledger\t3\tzotsink>=0.9\nlater\t1\t2\t3\n"
+    assert not (job / "out.tsv").exists()

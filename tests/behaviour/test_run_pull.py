@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.behaviour.waiting import wait_for
-from tests.ledgers import ledger_rows
+from tests.ledgers import begins
 from zotsink._run import alive
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
@@ -175,11 +175,12 @@ def test_a_sigkilled_runs_tasks_are_finished_by_a_live_pull_run(d: Path, procs: 
     live = start(d, "--pull", "--jobs", "2", index=2, cmd=shell)
     procs.append(live)
     wait_for(lambda: len(committed(d)) == 9, live, "ran the other tasks", 120)
-    (begin,) = [
-        e
-        for e in ledger_rows(d / "out.txt.ledger", every=True)
-        if e["event"] == "begin" and e["key"] == "slow1"
-    ]
+
+    def slow1() -> list[dict[str, str]]:
+        return [e for e in begins(d / "out.txt.ledger") if e["key"] == "slow1"]
+
+    wait_for(lambda: bool(slow1()), doomed, "wrote slow1's begin row")
+    (begin,) = slow1()
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
     # the run is gone, its task is not: the task's own process lives, so it counts as running

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.ledgers import ledger_rows
+from tests.ledgers import ledger_rows, rewrite_rows
+from zotsink._ledger.format import Row
+from zotsink._ledger.v1 import COLUMNS as V1_COLUMNS
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -55,8 +57,8 @@ def test_the_ledger_records_how_the_run_was_called(tmp_path: Path, zotsink: Run)
     s = zotsink("status", tasks, "out.tsv")
     assert s.returncode == 0, s.stderr
     assert s.stderr.decode().startswith("zotsink: 2 tasks: 2 ok\n")
-    c = zotsink("cat", "out.tsv")
-    assert c.stdout == b"1\t2\ta\n2\t2\tb\n"
+    c = zotsink("cat", "out.tsv")  # in OUT's order: two at once end in either order
+    assert sorted(c.stdout.splitlines()) == [b"1\t2\ta", b"2\t2\tb"]
 
 
 def test_missing_array_gives_the_recorded_chunks(chunked: Path, zotsink: Run) -> None:
@@ -141,15 +143,20 @@ def test_a_ledger_of_an_older_release_has_no_settings_and_takes_any(
 ) -> None:
     tasks = tmp_path / "tasks.txt"
     tasks.write_text("a\nb\nc\n")
-    r = zotsink("run", tasks, "out.tsv", "--index", "1", "--", "echo")
-    assert r.returncode == 0, r.stderr
+    (tmp_path / "out.tsv").write_text("a\n")
     ledger = tmp_path / "out.tsv.ledger"
-    ledger.write_bytes(b"".join(x for x in ledger.read_bytes().splitlines(True)
-                                if not x.startswith(b"run\t")))  # fmt: skip
+    # zotsink 0.1's first ledgers (format 1): task 1 ran as element 1, no run row
+    task = ["1", "a", "1", "", "1", os.uname().nodename, "1"]
+    ledger.write_text("".join("\t".join(row) + "\n" for row in (
+        V1_COLUMNS[:16],
+        ["start", "2026-11-24T10:00:00.000000Z", *task, *[""] * 7],
+        ["end", "2026-11-24T10:00:01.000000Z", *task, "ok", "0", "", "0.1", "1", "2", ""],
+    )))  # fmt: skip
     r = zotsink("missing", tasks, "--ledger", ledger, "--array")
     assert r.stdout == b"2-3\n"
     r = zotsink("run", tasks, "out.tsv", "--index", "2", "--chunk", "2", "--", "echo", "x")
     assert r.returncode == 0, r.stderr
+    assert ledger.with_name("out.tsv.ledger.v1").exists()  # migrated to this release's format
     assert zotsink("missing", tasks, "--ledger", ledger, "--array").stdout == b"1\n"
 
 
@@ -160,9 +167,15 @@ def test_a_recorded_chunk_that_is_no_chunk_is_refused(
     """A run row whose chunk makes no sense (edited, or damaged) must not turn into a
     traceback, nor into indices counted in chunks of 1: the ledger is named, and the way on."""
     ledger = chunked.parent / "out.tsv.ledger"
-    text = ledger.read_text()
-    assert text.count('"chunk": "20"') == 1
-    ledger.write_text(text.replace('"chunk": "20"', f'"chunk": "{value}"'))
+    assert ledger.read_text().count('"chunk": "20"') == 1
+
+    def edited(row: Row) -> Row:
+        if row.kind != "run":
+            return row
+        settings = row.fields["settings"].replace('"chunk": "20"', f'"chunk": "{value}"')
+        return row._replace(fields={**row.fields, "settings": settings})
+
+    rewrite_rows(ledger, edited)
     for args in (
         ("status", chunked, "out.tsv"),
         ("missing", chunked, "--ledger", "out.tsv.ledger", "--array"),

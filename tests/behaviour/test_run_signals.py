@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ledgers import ledger_rows
+from tests.ledgers import begins, ledger_rows
 
 # Prints its first line, says so with a file, then works until stopped. Task "stubborn"
 # ignores SIGUSR2 (and so must be escalated to SIGTERM).
@@ -136,11 +136,16 @@ def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
     run = reap(subprocess.Popen(cmd, cwd=tmp_path, env=env, stderr=subprocess.PIPE))
     ready = wait_for_files(tmp_path, "ready.", 2, run)
     try:
+        # the begin rows name the tasks' own processes (written once they have run a moment)
+        deadline = time.monotonic() + 60
+        while len(begins(tmp_path / "out.txt.ledger")) < 2:
+            assert time.monotonic() < deadline, "no begin rows"
+            time.sleep(0.01)
         run.kill()
         run.wait()
-        # Its tasks live on in their own sessions, carrying the run's mark: while they do,
-        # the run counts as alive and they as running (never started twice). Once they are
-        # gone too, as a node's death would take them, they are lost.
+        # Its tasks live on in their own sessions: while their processes do, they count as
+        # running (never started twice). Once they are gone too, as a node's death would
+        # take them, they are lost.
         st = zotsink("status", tasks, "out.txt")
         assert b"2 running or claimed, 4 never" in st.stderr, st.stderr
         for f in ready:

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.behaviour.waiting import wait_for
+from tests.ledgers import begins
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -170,6 +171,7 @@ def test_status_by_element_counts_an_attempt_whose_run_died_as_lost(
     )
     try:
         wait_for(lambda: (tmp_path / "a.pid").exists(), first, "started task a")
+        wait_for(lambda: bool(begins(tmp_path / "out.tsv.ledger")), first, "wrote a's begin row")
         os.kill(int((tmp_path / "a.pid").read_text()), signal.SIGKILL)
     finally:
         first.kill()

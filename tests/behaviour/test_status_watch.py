@@ -14,7 +14,7 @@ from pathlib import Path
 
 from waiting import wait_for
 
-from tests.ledgers import Book
+from tests.ledgers import Book, begins
 
 ZOTSINK = [sys.executable, "-m", "zotsink"]
 NO_ARRAY = {
@@ -47,6 +47,7 @@ def test_watch_ends_after_the_run_is_killed(
     )
     pid = tmp_path / "pid.a"
     wait_for(lambda: pid.exists() and pid.read_text().endswith("\n"), run, "started task a")
+    wait_for(lambda: bool(begins(tmp_path / "out.txt.ledger")), run, "wrote a's begin row")
     w = reap(watch(tmp_path, env))
     assert w.stderr is not None
     first = w.stderr.readline()
@@ -64,7 +65,7 @@ def test_watch_ends_after_the_run_is_killed(
 def test_watch_ends_when_the_scheduler_no_longer_has_the_job(
     tmp_path: Path, child_env: Callable[..., dict[str, str]], reap
 ) -> None:
-    """A start row of a run on another host: its job is asked about at every redraw."""
+    """A task begun by a run on another host: its job is asked about at every redraw."""
     (tmp_path / "tasks.txt").write_text("a\nb\n")
     book = Book(tmp_path / "out.txt.ledger", host="another-node", hostid="x.1", job="4711")
     book.claim(1, 1, "a").begin(1, 1, pid=1, start="1").write()
@@ -162,5 +163,5 @@ def test_status_waits_for_a_hanging_scheduler_a_few_seconds_and_says_so(
     finally:
         (tmp_path / "release").touch()
     assert r.returncode == 1
-    assert b"1 running or claimed" in r.stderr  # its start row: claimed, or running
+    assert b"1 running or claimed" in r.stderr  # begun, its job's state not known
     assert b"zotsink: scheduler: no answer in 3 s;" in r.stderr, r.stderr

@@ -33,14 +33,18 @@ import pytest
 from test_run_pull_cluster import (
     ZOTSINK,
     Witness,
+    begun_by,
     check_each_task_once,
     job_settings,
-    ledger_rows,
+    ran_by,
     squeue_wrapper,
     stop_each,
     submit_pull_array,
+    taken_from,
     wait_for,
 )
+
+from tests.ledgers import ledger_rows
 
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
@@ -80,7 +84,8 @@ def answers(asked: Path, element: str) -> list[tuple[str, str]]:
 def heard_it_runs(ledger: Path, asked: Path, element: str, others: int) -> bool:
     """The other elements ran their ``others`` tasks, and then asked Slurm about
     ``element`` and heard it runs."""
-    oks = [r["time"] for r in ledger_rows(ledger) if r["event"] == "end" and r["status"] == "ok"]
+    rows = ledger_rows(ledger, lock=False)  # a frozen run may hold the lock
+    oks = [r["time"] for r in rows if r["event"] == "end" and r["status"] == "ok"]
     if len(oks) < others:
         return False
     return any(what and when > max(oks) for when, what in answers(asked, element))
@@ -120,6 +125,7 @@ def test_pull_array_takes_over_a_dead_nodes_tasks_once_slurm_says_its_element_en
         gone_who = next(who for who in by_element if who.endswith(" 2"))
         gone_lines = sorted(by_element[gone_who])
         node = gone_who.split()[0]
+        wait_for(lambda: begun_by(ledger, "2") == set(gone_lines), "element 2's begin rows")
 
         # The others run every other task, then ask Slurm about element 2 and hear it
         # runs; only then does its node die.
@@ -143,13 +149,12 @@ def test_pull_array_takes_over_a_dead_nodes_tasks_once_slurm_says_its_element_en
     assert "JobState=NODE_FAIL" in shown and "Restarts=0" in shown, shown
 
     rows = check_each_task_once(job_dir, lines, witness)
-    starts = [r for r in rows if r["event"] == "start"]
     gone_nums = {lines.index(ln) + 1 for ln in gone_lines}
     # the dead element started only the tasks it held, and ended none
-    assert {int(r["tasknum"]) for r in starts if r["array_task"] == "2"} == gone_nums
+    assert ran_by(rows, lambda e: e == "2") == collections.Counter(gone_nums)
     assert not [r for r in rows if r["event"] == "end" and r["array_task"] == "2"]
     # the others started every task once, the dead element's too
-    others = collections.Counter(int(r["tasknum"]) for r in starts if r["array_task"] != "2")
+    others = ran_by(rows, lambda e: e != "2")
     assert others == collections.Counter(range(1, len(lines) + 1)), others
     assert witness.ran() == collections.Counter(
         {**dict.fromkeys(lines, 1), **dict.fromkeys(gone_lines, 2)}
@@ -158,7 +163,7 @@ def test_pull_array_takes_over_a_dead_nodes_tasks_once_slurm_says_its_element_en
     said = answers(asked, element)
     said_gone = [when for when, what in said if not what]
     assert said_gone, asked.read_text()
-    taken = [r["time"] for r in starts if r["array_task"] != "2" and int(r["tasknum"]) in gone_nums]
+    taken = [r["time"] for r in taken_from(rows, "2", gone_nums)]
     assert min(taken) > min(said_gone), (taken, said)
     said_alive = [when for when, what in said if what]
     assert said_alive and max(said_alive) < min(said_gone), said
@@ -226,9 +231,11 @@ def test_pull_array_leaves_a_frozen_node_alone_and_nothing_runs_twice(
         while time.monotonic() - frozen_at < FREEZE:
             heard = heard or heard_it_runs(ledger, asked, element, len(lines) - 2)
             time.sleep(0.5)
-        starts = [r for r in ledger_rows(ledger) if r["event"] == "start"]
-        assert sorted(r["key"] for r in starts if r["key"] in frozen) == frozen
-        assert {r["array_task"] for r in starts if r["key"] in frozen} == {"2"}
+        # not taken: claimed by element 2, by no other after it, begun by no other
+        rows = ledger_rows(ledger, every=True, lock=False)
+        frozen_nums = {int(r["tasknum"]) for r in rows if r["key"] in frozen}
+        assert len(frozen_nums) == 2 and taken_from(rows, "2", frozen_nums) == [], rows
+        assert not set(ran_by(rows, lambda e: e != "2")) & frozen_nums, rows
         shown = slurm_cluster.run("squeue", "-h", "-j", element, "-o", "%T").stdout.split()
         assert shown == ["RUNNING"], shown  # Slurm never gave up on the node
         resume(stopped)

@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+from zotsink import ZotsinkError
+
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 # A task: waits for the gate (so that both runs are claiming before any task ends), holds
@@ -111,12 +114,6 @@ def kill_run(job: str) -> int:
     return len(tree)
 
 
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    lines = path.read_text(errors="replace").splitlines()
-    cols = lines[0].split("\t")
-    return [dict(zip(cols, ln.split("\t"))) for ln in lines[1:] if ln]
-
-
 @pytest.mark.parametrize("fs", ["gluster", "ceph"])
 def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     fs_dirs, slurm_cluster, zotsink_cmd, tmp_path
@@ -181,22 +178,23 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
     def ledger_complete() -> bool:
         # Another client's appends reach this mount's view within about a second.
         try:
-            rows = ledger_rows(ledger_path)
-        except (OSError, IndexError):
+            rows = ledger_rows(ledger_path, every=True)
+        except (OSError, ZotsinkError):
             return False
-        ends = {(r["tasknum"], r["attempt"]) for r in rows if r["event"] == "end"}
+        done = {(r["tasknum"], r["attempt"]) for r in rows if r["event"] in ("end", "release")}
         ok = {r["tasknum"] for r in rows if r["event"] == "end" and r["status"] == "ok"}
         node3 = {
             (r["tasknum"], r["attempt"])
             for r in rows
             if r["host"] == "node3" and r["event"] == "start"  # not its run row (task 0)
         }
-        return len(ok) == N - len(ALWAYS) and node3 <= ends
+        return len(ok) == N - len(ALWAYS) and node3 <= done
 
     wait_for("node3's rows through the reader's mount", ledger_complete, deadline)
-    rows = ledger_rows(ledger_path)
+    rows = ledger_rows(ledger_path, every=True)
     starts = [r for r in rows if r["event"] == "start"]
     ends = [r for r in rows if r["event"] == "end"]
+    given_back = {(r["tasknum"], r["attempt"]) for r in rows if r["event"] == "release"}
 
     # Both runs competed for the list, and the resubmission found work left.
     hosts = collections.Counter(r["host"] for r in starts)
@@ -211,8 +209,9 @@ def test_two_nodes_one_task_list_a_kill_and_a_resubmission(
         assert seen == list(range(1, len(seen) + 1)), (t, seen)
     assert not list(witness.glob("TWICE-*")), sorted(p.name for p in witness.glob("TWICE-*"))
 
-    # node2's run was killed with tasks of its own under way.
-    ended = {(r["tasknum"], r["attempt"]) for r in ends}
+    # node2's run was killed with tasks of its own under way (claims neither ended nor given
+    # back: a run gives back what it claimed ahead and could not start soon).
+    ended = {(r["tasknum"], r["attempt"]) for r in ends} | given_back
     orphans = [r for r in starts if (r["tasknum"], r["attempt"]) not in ended]
     node2 = [" ".join(r.values()) for r in rows if r["host"] == "node2"]
     assert orphans and {r["host"] for r in orphans} == {"node2"}, "\n".join(node2)

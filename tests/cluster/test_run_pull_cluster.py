@@ -32,6 +32,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import begins, ledger_rows
+from zotsink import ZotsinkError
+
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 JOBS = Path(__file__).resolve().parents[2] / "scripts" / "jobs"
@@ -118,20 +121,51 @@ def wait_for(predicate, what: str, timeout: float = 180.0, poll: float = 0.1) ->
         time.sleep(poll)
 
 
-def ledger_rows(path: Path) -> list[dict[str, str]]:
-    rows = path.read_text().splitlines()
-    cols = rows[0].split("\t")
-    return [dict(zip(cols, ln.split("\t"))) for ln in rows[1:]]
-
-
 def ok_counts(ledger: Path) -> collections.Counter[int]:
-    if not ledger.exists():
+    """How many ok ends each task has (none while this mount cannot read the ledger yet)."""
+    try:
+        rows = ledger_rows(ledger)
+    except ZotsinkError:  # its header not yet seen through this client
         return collections.Counter()
     return collections.Counter(
-        int(r["tasknum"])
-        for r in ledger_rows(ledger)
-        if r["event"] == "end" and r["status"] == "ok"
+        int(r["tasknum"]) for r in rows if r["event"] == "end" and r["status"] == "ok"
     )
+
+
+def ran_by(rows: list[dict[str, str]], element: Callable[[str], bool]) -> collections.Counter[int]:
+    """How many attempts of each task the array elements ``element`` picks began (a begin
+    row, or an end row: a task that ended a moment after its start may have no begin row)."""
+    began = {
+        (int(r["tasknum"]), r["attempt"])
+        for r in rows
+        if r["event"] in ("begin", "end") and element(r["array_task"])
+    }
+    return collections.Counter(num for num, _attempt in began)
+
+
+def taken_from(rows: list[dict[str, str]], element: str, nums: set[int]) -> list[dict[str, str]]:
+    """The claims of tasks ``nums`` by other elements after array element ``element``
+    claimed them (rows in the ledger's order): its tasks taken over."""
+    claimed: set[int] = set()
+    taken = []
+    for r in rows:
+        num = int(r["tasknum"])
+        if r["event"] != "start" or num not in nums:
+            continue
+        if r["array_task"] == element:
+            claimed.add(num)
+        elif num in claimed:
+            taken.append(r)
+    return taken
+
+
+def begun_by(ledger: Path, element: str) -> set[str]:
+    """The lines whose begin row array element ``element`` wrote (its tasks' processes
+    named: once they have run a moment)."""
+    try:
+        return {r["key"] for r in begins(ledger) if r["array_task"] == element}
+    except ZotsinkError:
+        return set()
 
 
 def committed(table: Path) -> list[str]:
@@ -230,13 +264,13 @@ def check_each_task_once(job_dir: Path, lines: list[str], witness: Witness) -> l
     """The committed view holds each line once, the ledger one ok row per task, and no
     task ran twice at once; the ledger's rows."""
     ledger = job_dir / "results.tsv.ledger"
-    assert witness.doubles() == [], ledger.read_text()
+    assert witness.doubles() == [], ledger_rows(ledger, every=True)
     rows = committed(job_dir / "results.tsv")
     assert rows[0] == "tasknum\tline"
     assert sorted(rows[1:]) == sorted(f"{i}\t{line}" for i, line in enumerate(lines, 1))
     oks = ok_counts(job_dir / "results.tsv.ledger")
     assert oks == collections.Counter(range(1, len(lines) + 1))
-    return ledger_rows(job_dir / "results.tsv.ledger")
+    return ledger_rows(job_dir / "results.tsv.ledger", every=True)
 
 
 @pytest.mark.parametrize("how", ["scancel", "sigkill"])
@@ -268,6 +302,8 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
         gone_who = next(who for who in by_element if who.endswith(" 2"))
         gone_lines = sorted(by_element[gone_who])
         element = f"{job}_2"
+        ledger = job_dir / "results.tsv.ledger"
+        wait_for(lambda: begun_by(ledger, "2") == set(gone_lines), "element 2's begin rows")
 
         if how == "scancel":
             slurm_cluster.run("scancel", element)
@@ -293,15 +329,14 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
         slurm_cluster.run("scancel", job, check=False)
 
     rows = check_each_task_once(job_dir, lines, witness)
-    starts = [r for r in rows if r["event"] == "start"]
     ends = [r for r in rows if r["event"] == "end"]
-    gone = [r for r in starts if r["array_task"] == "2"]
     gone_nums = {lines.index(ln) + 1 for ln in gone_lines}
     # the cancelled element ran only the tasks it held, and none of them to its end
-    assert {int(r["tasknum"]) for r in gone} == gone_nums, gone
+    gone = ran_by(rows, lambda e: e == "2")
+    assert gone == collections.Counter(gone_nums), gone
     assert not [r for r in ends if r["array_task"] == "2" and r["status"] == "ok"]
     # the others ran every task, the cancelled element's once more (each one at a time)
-    others = collections.Counter(int(r["tasknum"]) for r in starts if r["array_task"] != "2")
+    others = ran_by(rows, lambda e: e != "2")
     assert others == collections.Counter(range(1, len(lines) + 1)), others
     assert witness.ran() == collections.Counter(
         {**dict.fromkeys(lines, 1), **dict.fromkeys(gone_lines, 2)}
@@ -315,7 +350,7 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
         assert {r["status"] for r in ends if r["array_task"] == "2"} == {"interrupted"}
     else:
         # killed with its run: no end rows; taken over only after Slurm said the element
-        # had ended (the first empty answer about it came before any start row of another)
+        # had ended (the first empty answer about it came before any claim of them by another)
         assert not [r for r in ends if r["array_task"] == "2"]
         said_gone = [
             ln.split("\t")[0]
@@ -323,9 +358,7 @@ def test_pull_array_finishes_the_tasks_of_a_cancelled_element(
             if f"-j {element} " in ln + " " and ln.split("\t")[2] == "0" and not ln.split("\t")[3]
         ]
         assert said_gone, asked.read_text()
-        taken = [
-            r["time"] for r in starts if r["array_task"] != "2" and int(r["tasknum"]) in gone_nums
-        ]
+        taken = [r["time"] for r in taken_from(rows, "2", gone_nums)]
         assert min(taken) > min(said_gone), (taken, said_gone)
         alive_said = [
             ln.split("\t")[0]
@@ -607,7 +640,7 @@ def test_a_stopped_element_is_never_robbed_while_slurm_shows_it(
         def others_asked_and_heard_it_runs() -> bool:
             oks = [
                 r["time"]
-                for r in ledger_rows(ledger)
+                for r in ledger_rows(ledger, lock=False)  # the frozen run may hold the lock
                 if r["event"] == "end" and r["status"] == "ok"
             ]
             if len(oks) < len(lines) - 2:
@@ -619,10 +652,11 @@ def test_a_stopped_element_is_never_robbed_while_slurm_shows_it(
             )
 
         wait_for(others_asked_and_heard_it_runs, "the others asking Slurm about element 2")
-        # not taken: started once, by element 2 only
-        starts = [r for r in ledger_rows(ledger) if r["event"] == "start"]
-        assert sorted(r["key"] for r in starts if r["key"] in frozen) == frozen
-        assert {r["array_task"] for r in starts if r["key"] in frozen} == {"2"}
+        # not taken: claimed by element 2, by no other after it, begun by no other
+        rows = ledger_rows(ledger, every=True, lock=False)
+        frozen_nums = {int(r["tasknum"]) for r in rows if r["key"] in frozen}
+        assert len(frozen_nums) == 2 and taken_from(rows, "2", frozen_nums) == [], rows
+        assert not set(ran_by(rows, lambda e: e != "2")) & frozen_nums, rows
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)

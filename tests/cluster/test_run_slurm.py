@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 JOBS = Path(__file__).resolve().parents[2] / "scripts" / "jobs"
@@ -97,8 +99,8 @@ def test_chunked_array_and_resubmission_from_the_ledger(gluster_dirs, slurm_clus
     for job, tasknum, image, pixels in rows:
         assert image == names[int(tasknum) - 1] and pixels == "11000"
         assert (job == job1) == (int(tasknum) not in failing)
-    ledger = (reader / "results.tsv.ledger").read_text().splitlines()
-    ok = [r for r in ledger if r.startswith("end\t") and r.split("\t")[9] == "ok"]
+    rows = ledger_rows(reader / "results.tsv.ledger")
+    ok = [r for r in rows if r["event"] == "end" and r["status"] == "ok"]
     assert len(ok) == 300
     # No file per task or per array element anywhere in the job's directory.
     assert sorted(os.listdir(reader)) == [

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledgers import ledger_rows
+from zotsink import ZotsinkError
+
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("cluster")]
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "cluster"
@@ -104,9 +107,7 @@ def test_seed_array_writes_one_table_one_ledger_and_no_task_files(
     )
     assert verify.returncode == 0, verify.stderr
     # The ledger: one ok end row per task.
-    ledger = (reader / "stats.tsv.ledger").read_text().splitlines()
-    cols = ledger[0].split("\t")
-    ends = [dict(zip(cols, ln.split("\t"))) for ln in ledger[1:]]
+    ends = ledger_rows(reader / "stats.tsv.ledger")
     ok = {e["tasknum"] for e in ends if e["event"] == "end" and e["status"] == "ok"}
     assert len(ok) == IMAGES
     # No file per task: the table, its ledger and its log (if a task wrote to stderr)
@@ -134,7 +135,16 @@ def _what_went_wrong(said: Path, reader: Path) -> str:
         if (reader / name).exists():
             parts.append(f"{name}: {(reader / name).read_text(errors='replace')[-2000:]}")
     if (reader / "stats.tsv.ledger").exists():
-        rows = (reader / "stats.tsv.ledger").read_text(errors="replace").splitlines()
-        parts.append("ledger, not ok: " + "\n".join(r for r in rows if "\tok\t" not in r)[-2000:])
+        try:
+            rows = ledger_rows(reader / "stats.tsv.ledger")
+        except ZotsinkError as e:
+            parts.append(f"ledger: {e}")
+        else:
+            bad = [
+                " ".join((r["tasknum"], r["key"], r["status"], r["exit"] or r["signal"], r["note"]))
+                for r in rows
+                if r["event"] == "end" and r["status"] != "ok"
+            ]
+            parts.append("ledger, not ok: " + "\n".join(bad)[-2000:])
     parts.append(f"files beside OUT: {sorted(p.name for p in reader.iterdir())}")
     return "\n" + "\n".join(parts)

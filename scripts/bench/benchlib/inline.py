@@ -3,12 +3,13 @@ calls FUNC itself, in its own process, instead of sending it to a worker.
 
     python scripts/bench/benchlib/inline.py run TASKS OUT --call mod.py:f --jobs 1
 
-It runs ``zotsink`` with the pool's :class:`~zotsink._run.worker.Worker` replaced by a stand-in
-that loads FUNC here and calls it as soon as it is sent a task, handing the pool the same
-frames a worker would. No process, no pipes of frames, no prints kept: what is left is the
-run's own work per task (its attempt, its records, the group commit, the ledger's rows), the
-floor of any design that keeps that bookkeeping. Only for measuring: it keeps none of the
-guarantees a worker gives (a crash of FUNC is the run's, a timeout cannot end it).
+It runs ``zotsink`` with the call backend's :class:`~zotsink._run.worker.Worker` (in
+:mod:`zotsink._run.calls`) replaced by a stand-in that loads FUNC here and calls it as soon
+as it is sent a task, handing the backend the same frames a worker would. No process, no
+pipes of frames, no prints kept: what is left is the run's own work per task (its attempt,
+its records, the group commit, the ledger's rows), the floor of any design that keeps that
+bookkeeping. Only for measuring: it keeps none of the guarantees a worker gives (a crash of
+FUNC is the run's, a timeout cannot end it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 
 def main() -> None:
-    from zotsink._run import pool, serve, worker
+    from zotsink._run import calls, serve, worker
 
     class _Popen:
         pid = os.getpid()
@@ -39,13 +40,11 @@ def main() -> None:
         def returned(self, call: Any) -> None:
             pass
 
-    class InlineWorker:
-        refusal = worker.Worker.refusal
-        holds = worker.Worker.holds
-        returned = worker.Worker.returned
-        handed_back = worker.Worker.handed_back
-        took = worker.Worker.took
-        batching = True
+    class InlineWorker(worker.Worker):
+        """A worker's handle whose calls are made here, at once, as they are sent (its
+        bookkeeping, the queue of tasks sent and the answers' checks, is the worker's)."""
+
+        batching = True  # type: ignore[assignment]
 
         def __init__(
             self, spec: str, env: Mapping[str, str], prints_to: Callable[..., Any], max_line: int
@@ -56,27 +55,29 @@ def main() -> None:
             os.set_blocking(self.results_fd, False)
             self.pidfd = None
             self.pid = os.getpid()
-            self.popen = _Popen()
+            self.popen = _Popen()  # type: ignore[assignment]
             self.began = time.monotonic()
-            self.queued: deque[tuple[Any, int, int]] = deque()
-            self.sent: tuple[int, int] | None = None
+            self.queued: deque[tuple[int, int]] = deque()
             self.ready = False
             self.closed = False
             self.held = False
             self.batch = 1
             self.call_time = 0.0
             self.timed: tuple[int, int] | None = None
-            self.task: Any = None
-            self._prints_to = _NoPrints()
+            self.load_ended = False
+            self._held = None
+            self._prints_to = _NoPrints()  # type: ignore[assignment]
             self._frames: list[tuple[Any, ...]] = [("ready", self.pid)]
             os.write(self._wake, b"x")
 
-        def send(self, tasks: list[tuple[Any, int, int, str]]) -> bool:
-            for task, num, attempt, line in tasks:
-                self.queued.append((task, num, attempt))
+        def send(self, tasks: list[tuple[int, int, str]]) -> bool:
+            clock = time.perf_counter
+            for num, attempt, line in tasks:
+                self.queued.append((num, attempt))
+                t0 = clock()
                 items = list(serve._items(self.func(line)))
+                self.took((num, attempt), clock() - t0)  # what a worker's end mark tells
                 self._frames.append(("done", self.pid, num, attempt, items))
-            self.sent = self.queued[0][1:]
             os.write(self._wake, b"x")
             return True
 
@@ -106,9 +107,10 @@ def main() -> None:
 
         def close(self) -> None:
             for fd in (self.results_fd, self._wake, self.prints_fd, self._prints_w):
-                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
-    pool.Worker = InlineWorker  # type: ignore[misc,assignment]
+    calls.Worker = InlineWorker  # type: ignore[misc]
     sys.argv = ["zotsink", *sys.argv[1:]]
     runpy.run_module("zotsink", run_name="__main__")
 

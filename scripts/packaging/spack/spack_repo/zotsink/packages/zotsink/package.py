@@ -14,11 +14,11 @@ class Zotsink(PythonPackage):
     (zotsink collect), verifies results and lists the tasks to resubmit."""
 
     homepage = "https://pypi.org/project/zotsink/"
-    pypi = "zotsink/zotsink-0.1.0.tar.gz"
+    pypi = "zotsink/zotsink-0.2.0.tar.gz"
 
     license("MIT")
 
-    version("0.1.0", sha256="da8a65c0e4037bc6c4f2a9eba8a4b1ee85c17b55a788e1584513b6c5db039442")
+    version("0.2.0", sha256="da8a65c0e4037bc6c4f2a9eba8a4b1ee85c17b55a788e1584513b6c5db039442")
 
     variant("parquet", default=False, description="collect -o X.parquet and cat -o X.parquet")
 
