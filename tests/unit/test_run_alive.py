@@ -131,3 +131,20 @@ def test_the_jobs_end_comes_from_squeue(tmp_path: Path, monkeypatch: pytest.Monk
     assert alive.job_end({"SLURM_JOB_ID": "42"}) == want
     assert alive.job_end({"SLURM_JOB_ID": "43"}) is None  # no limit known
     assert alive.job_end({}) is None
+
+
+def test_a_zombie_is_no_live_process() -> None:
+    """A worker whose run was killed is a zombie until init reaps it: it holds nothing."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = alive.proc_start(child.pid)
+    assert start is not None
+    # not reaped: wait until the kernel shows it as a zombie (it exited, nobody waited)
+    deadline = time.monotonic() + 30
+    while alive._stat(child.pid) is not None and alive._stat(child.pid)[0] != "Z":  # type: ignore[index]
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    try:
+        assert alive._exact_alive(child.pid, start) is False
+        assert alive.process_alive(str(child.pid), alive.PROC_START + start) is False
+    finally:
+        child.wait()

@@ -235,3 +235,20 @@ def test_a_ledger_of_zotsink_0_1_with_a_live_run_is_not_migrated(tmp_path: Path)
         book.open()
     book.close()
     assert path.read_bytes() == before and not (tmp_path / "l.v1").exists()
+
+
+def test_a_claim_by_number_sees_the_cursor_s_claims_since_it_last_read(tmp_path: Path) -> None:
+    """A chunked run and a pull run on one ledger: the pull run's cursor passed tasks 2-5
+    after the chunked run last read; the chunked run's claim of them by number takes none."""
+    path = tmp_path / "l"
+    t = tasks(tmp_path, 10)
+    chunk, pull = opened(path, t), opened(path, t)
+    got = chunk.claim(1, [Candidate(Task(1, "line1"), 1)], cursor=False, closed_lines=None)
+    assert [x.num for x, _a in got.tasks] == [1]
+    assert cursor_claim(pull, 4) == [2, 3, 4, 5]
+    named = [Candidate(Task(n, f"line{n}"), 1) for n in range(2, 7)]
+    got = chunk.claim(5, named, cursor=False, closed_lines=None)
+    assert [x.num for x, _a in got.tasks] == [6]
+    assert [c.task.num for c in got.dropped] == [2, 3, 4, 5]
+    chunk.close()
+    pull.close()

@@ -298,11 +298,12 @@ def test_the_deadline_is_judged_when_a_task_would_begin() -> None:
     assert of(r.turn(at=1.0), Start) == []  # task 1 started at the claim above
     r.started(1)
     r.ends(1)
-    out = r.turn(Committed([Placed((1, 1), 0, 0, 0)]), at=8.0, free=1)
+    out = r.turn(at=8.0, free=1)
     # 8 + 3 > 10: task 2 (claimed) is not begun but released; nothing more is claimed
-    assert of(out, Start) == []
+    assert of(out, Start) == [] and of(out, Commit) == [Commit([(1, 1)])]
     assert [k for r_ in of(out, Rows) for k in r_.releases] == [(2, 1)]
     assert r.queue.out_of_time
+    out = r.turn(Committed([Placed((1, 1), 0, 0, 0)]), at=8.0, free=1)
     assert of(out, Done)
 
 

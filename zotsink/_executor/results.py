@@ -25,7 +25,7 @@ from typing import Final, NamedTuple
 
 from .._core.fileio import split_lines
 from .._core.snapshot import snapshot
-from .._ledger.pieces import OutFile, piece_problem
+from .._ledger.pieces import OutFile
 from .._ledger.read import Snapshot
 from .._ledger.view import FAILING, LedgerView
 from .._read import piece_chunks
@@ -215,7 +215,7 @@ def _piece_lines(fd: int, view: LedgerView, num: int, now: OutFile | None) -> li
     piece = view.piece(num)
     if piece is None:
         return []  # it printed nothing
-    if fd < 0 or piece_problem(piece.offset, piece.length, piece.ino, now) is not None:
+    if fd < 0 or piece.problem(now) is not None:
         return None
     chunks = piece_chunks(fd, piece)
     if chunks is None:

@@ -4,7 +4,9 @@ An ``end`` row names where its tasks' records went: each contiguous block of the
 (offset, length, CRC-32) in the file OUT was then (its inode), each task's piece a part of
 a block in the order of the row's items. :class:`Piece` is one task's; :func:`piece_problem`
 says, on sizes and identity alone, why a piece is not in OUT as found now; a reader that
-reads the bytes (``cat``, ``verify``) also checks the block's CRC.
+reads the bytes (``cat``, ``verify``) also checks the block's CRC. A piece is judged by its
+whole block (:meth:`Piece.problem`): one CRC covers the block, so a block cut short is
+no task's, whichever pieces lie before the cut.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ class Piece(NamedTuple):
     tasknum: int
     ino: str  # the inode of the file it was appended to ("": not recorded)
     block: Block  # its block: checked whole by its CRC (-1: a piece of a release before it)
+
+    def problem(self, out: OutFile | None) -> str | None:
+        """Why it is not in OUT as ``out`` finds it (None: it may be): its whole block must
+        be, when the block has a CRC to check."""
+        if self.length <= 0:
+            return None
+        if self.block.crc >= 0:
+            return piece_problem(self.block.offset, self.block.length, self.ino, out)
+        return piece_problem(self.offset, self.length, self.ino, out)
 
 
 class OutFile(NamedTuple):

@@ -50,7 +50,7 @@ from .format import (
     parse_settings,
     parse_tasks,
 )
-from .pieces import Claims, OutFile, Piece, piece_problem
+from .pieces import Claims, OutFile, Piece
 
 __all__ = [
     "FAILING",
@@ -213,6 +213,10 @@ class LedgerView:
         self._pieces = pieces
         self.header = 0  # OUT's header's length, as the latest end row says
         self.blocks: list[tuple[Block, str]] = []  # (block, inode of the file)
+        # the files ends appended to, and the furthest block's end: whether OUT now may
+        # hold them all, asked before any piece is
+        self._out_inos: set[str] = set()
+        self._out_end = 0
         if pieces:
             self.piece_off = array("q", [-1]) * size
             self.piece_len = array("q", bytes(8 * size))
@@ -385,6 +389,10 @@ class LedgerView:
         first_block = len(self.blocks)
         if self._pieces:
             self.blocks.extend((b, ino) for b in blocks)
+        if blocks:
+            self._out_inos.add(ino)
+            last = blocks[-1]
+            self._out_end = max(self._out_end, last.offset + last.length)
         run = self.runs[r] if r >= 0 else None
         for it in items:
             num = it.num
@@ -559,11 +567,8 @@ class LedgerView:
         self._final = final
 
     def _gone(self, num: int, out: OutFile | None) -> bool:
-        off = self.piece_off[num]
-        if off < 0:
-            return False
-        _block, ino = self.blocks[self.piece_blk[num]]
-        return piece_problem(off, self.piece_len[num], ino, out) is not None
+        piece = self.piece(num)
+        return piece is not None and piece.problem(out) is not None
 
     def held_before(self, num: int) -> bool:
         """Whether a task's rows say a run holds it (claimed or begun), whatever the run's
@@ -658,6 +663,26 @@ class LedgerView:
         """A task's latest end that was not ok: (item, row time, run index, note)."""
         return self.fails.get(num)
 
+    def out_holds(self, out: OutFile | None) -> bool:
+        """Whether OUT as found (``out``; None: it does not exist) may hold every block the
+        ends claim: the file they were appended to, long enough. Cheap: a look asks it
+        first, and judges each ok task's piece only when it is not so."""
+        if not self._out_inos:
+            return True
+        if out is None:
+            return False
+        return self._out_inos <= {"", str(out.ino)} and self._out_end <= out.size
+
+    def ok_tasks(self, upto: int) -> list[int]:
+        """The tasks below ``upto`` whose latest end is ok (at C speed)."""
+        code = self.code[: max(upto, 0)]
+        out: list[int] = []
+        at = code.find(_OK)
+        while at >= 0:
+            out.append(at)
+            at = code.find(_OK, at + 1)
+        return out
+
     def piece(self, num: int) -> Piece | None:
         """The part of OUT task ``num``'s latest ok end claims (``pieces``); None when its
         latest end is not ok, or claims no part (it printed nothing)."""
@@ -679,7 +704,7 @@ class LedgerView:
             piece = self.piece(num)
             if piece is None:
                 continue
-            why = None if out is None else piece_problem(piece.offset, piece.length, piece.ino, out)
+            why = None if out is None else piece.problem(out)
             if why is not None:
                 untrusted.append((num, why))
                 continue

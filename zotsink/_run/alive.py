@@ -57,6 +57,13 @@ PROC_START: Final = "proc-start "
 
 def proc_start(pid: int | str) -> str | None:
     """When process ``pid`` started (``/proc/PID/stat`` field 22), or None when unknown."""
+    got = _stat(pid)
+    return None if got is None else got[1]
+
+
+def _stat(pid: int | str) -> tuple[str, str] | None:
+    """Process ``pid``'s state letter and start time (``/proc/PID/stat`` fields 3 and
+    22), or None when unknown."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             data = f.read()
@@ -64,7 +71,13 @@ def proc_start(pid: int | str) -> str | None:
         return None
     # The command name (field 2) may hold spaces and parentheses: count from the last ")".
     fields = data[data.rfind(b")") + 2 :].split()
-    return fields[19].decode() if len(fields) > 19 else None
+    return (fields[0].decode(), fields[19].decode()) if len(fields) > 19 else None
+
+
+def _ended(got: tuple[str, str] | None) -> bool:
+    """A zombie (``Z``) or a dead task (``X``) has ended: nobody reaped it yet (a run's
+    worker whose run was killed, until init collects it)."""
+    return got is not None and got[0] in ("Z", "X")
 
 
 #: The environment variable that marks every process a run starts (its tasks, its
@@ -164,8 +177,10 @@ def _exact_alive(pid: int, start: str) -> bool:
         return False
     except PermissionError:
         pass  # another user's process: alive, unless its start time says it is another
-    now = proc_start(pid)
-    return now is None or not start or now == start
+    got = _stat(pid)
+    if _ended(got):
+        return False
+    return got is None or not start or got[1] == start
 
 
 class Judge:
@@ -244,11 +259,12 @@ def process_alive(pid: str, note: str = "") -> bool:
         return started is not None and survivors(run_mark(pid, started))
     except PermissionError:
         pass  # another user's process: alive, unless its start time says it is another
-    if started is not None:
-        now = proc_start(pid)
-        if now is not None and now != started:
-            # the pid was given to another process since
-            return survivors(run_mark(pid, started))
+    got = _stat(pid)
+    if _ended(got):
+        return started is not None and survivors(run_mark(pid, started))
+    if started is not None and got is not None and got[1] != started:
+        # the pid was given to another process since
+        return survivors(run_mark(pid, started))
     return True
 
 

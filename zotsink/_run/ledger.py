@@ -151,7 +151,9 @@ class Ledger:
             prepare=self._hook,
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
-        self.view = LedgerView()  # this run's knowledge of every task
+        # this run's knowledge of every task, with the part of OUT each ok end claims (an
+        # OUT renamed or emptied since makes those tasks run again)
+        self.view = LedgerView(pieces=True)
         self._seen = 0  # ledger bytes folded into the view: rows past it are news
         self._began = 0  # the ledger's size when this run began (a stop after it is for it)
         self._known = (-1, -1)  # (xgen, ctl) the view is up to date with
@@ -301,7 +303,12 @@ class Ledger:
         state = tail_state(self.path, fd, size, settle=True, coherent=coherent) if size else INITIAL
         want = self._want
         stale = (state.xgen, state.ctl) != self._known
-        if stale and want is not None:
+        # a claim by number must see claims by the cursor since (they move only its place):
+        # one that passed a task this run names has taken it
+        passed = want is not None and any(
+            self._cursor.next <= c.task.num < state.next for c in want.named
+        )
+        if (stale or passed) and want is not None:
             self._news(fd, size)
             self._known = (state.xgen, state.ctl)
             stale = False

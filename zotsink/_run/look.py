@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from .._ledger.pieces import out_file
 from .._ledger.view import LedgerView
 from ..errors import ZotsinkError
 from .alive import Judge
@@ -48,7 +49,7 @@ class Looker:
         ledger: Ledger,
         *,
         tasks: str,
-        env: Mapping[str, str],
+        out: str,
         began: float,
         max_attempts: int | None,
         rerun: bool,
@@ -56,7 +57,7 @@ class Looker:
     ) -> None:
         self.ledger = ledger
         self.tasks = tasks
-        self.env = env
+        self.out = out  # OUT: an ok task whose records are no longer there runs again
         self.began = began  # wall time this run began: failures before it are a resubmission's
         self.max_attempts = max_attempts
         self.rerun = rerun
@@ -79,12 +80,22 @@ class Looker:
         grew = self.scope is None and self._grew(control.closed_lines if control.closed else None)
         if not deep:
             return Looked(closed=control.closed, stopped=self.ledger.stopped, grew=grew)
+        upto = max(self.ledger.cursor.next, len(view.code))
         if self.scope is not None:
             nums = [n for n in self.scope if n not in self.ok and n not in self.given_up]
         else:
-            nums = view.unsettled(max(self.ledger.cursor.next, len(view.code)))
+            nums = view.unsettled(upto)
         judge = Judge(wait=wait)
-        view.settle(judge, max_attempts=self.max_attempts, nums=nums)
+        found = out_file(self.out)
+        if view.out_holds(found):
+            view.settle(judge, max_attempts=self.max_attempts, nums=nums)
+        else:
+            # OUT was renamed, replaced, emptied or cut since ok ends claimed parts of it:
+            # those tasks' records are gone, and they run again (the rare, whole look)
+            if self.scope is None:
+                nums = sorted({*nums, *view.ok_tasks(upto)})
+            self.ok.clear()
+            view.settle(judge, max_attempts=self.max_attempts, nums=nums, out=found)
         me = view.run_index.get(self.ledger.run_id, -2)
         free: dict[int, int] = {}
         taken: set[int] = set()

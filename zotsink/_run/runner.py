@@ -27,6 +27,7 @@ from .._core.stamp import job_id, task_id
 from .._core.stop import Stopper
 from .._core.writer import Writer
 from .._ledger.format import parse_end_items, parse_notes
+from .._ledger.pieces import out_file
 from .._ledger.read import Snapshot, last_rows
 from .._ledger.view import LedgerView, State
 from ..errors import UsageError, ZotsinkError
@@ -262,14 +263,14 @@ def _run(o: RunOptions) -> RunReport:
     looker = Looker(
         ledger,
         tasks=o.tasks,
-        env=o.env,
+        out=o.out,
         began=time.time(),
         max_attempts=max_attempts,
         rerun=o.rerun,
         scope=scope,
     )
     selected = 0
-    ok_before = view.ok_count()  # a pull run's tasks ok already
+    ok_before = _ok_in_out(view, o.out)  # a pull run's tasks ok already
     if scope is not None:
         selected = len(scope)
         looker.verify(view)  # an edited list: another line's history says nothing
@@ -332,6 +333,17 @@ def _left(
 
 #: The states of a task no run gave a verdict on and none runs: it waits for a run.
 _NO_VERDICT: Final = frozenset({"never", "lost", "interrupted"})
+
+
+def _ok_in_out(view: LedgerView, out: str) -> int:
+    """How many tasks are ok with their records still in OUT (all that are ok, unless OUT
+    was renamed, replaced, emptied or cut since)."""
+    found = out_file(out)
+    if view.out_holds(found):
+        return view.ok_count()
+    nums = view.ok_tasks(len(view.code))
+    view.settle(None, nums=nums, out=found)
+    return sum(1 for n in nums if view.state(n) == "ok")
 
 
 def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int | None:

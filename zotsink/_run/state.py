@@ -509,7 +509,10 @@ class RunState:
         if self._committing is not None or not self.group.attempts:
             return
         claim_due = self.queue.claim_due(self.free, self._idle()) and not self._claiming
-        if not (claim_due or self.group.due(now, alone=not self.live, hurry=self.stopping)):
+        # alone: nothing runs and nothing will start to share the append (between two quick
+        # tasks nothing runs for a moment: that is no reason to take the lock alone)
+        alone = not self.live and not self.queue.has_work
+        if not (claim_due or self.group.due(now, alone=alone, hurry=self.stopping)):
             return
         attempts = self.group.take()
         self._committing = {a.key: a for a in attempts}
