@@ -162,15 +162,16 @@ def test_a_piece_committed_while_the_view_is_read_waits_for_the_next_read(
     tasks, out = tmp_path / "tasks.txt", tmp_path / "out.txt"
     tasks.write_text("a\n")
     run_tasks(tasks, out, ["echo"])
-    real = read.claims
+    real = read.Snapshot
 
     def late(*args: object, **kwargs: object) -> object:
+        # the view opens the ledger only now, after its snapshot of OUT
         with open(tasks, "a") as f:
             f.write("b\n")
         run_tasks(tasks, out, ["echo"])
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(read, "claims", late)
+    monkeypatch.setattr(read, "Snapshot", late)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert list(read_records(out)) == [["a"]]

@@ -11,7 +11,6 @@ of the array at once, here, with the variables their scheduler sets (and one CPU
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import shlex
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import zotsink as zs
+from tests.ledgers import ledger_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
@@ -179,8 +179,7 @@ def test_the_readme_pull_route_runs_as_written(
 
     table = pq.read_table(cwd / "results.parquet").to_pylist()
     assert sorted(x["filename"] for x in table) == images
-    with open(cwd / "results.tsv.ledger", newline="") as f:
-        ledger = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    ledger = ledger_rows(cwd / "results.tsv.ledger", cwd / "images.txt")
     ends = Counter(r["key"] for r in ledger if r["event"] == "end" and r["status"] == "ok")
     assert ends == Counter(images)  # every task ok, once
     # the elements of the one array job ran them (the scheduler's job on every start row)

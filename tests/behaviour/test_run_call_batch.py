@@ -196,9 +196,9 @@ def test_results_and_prints_are_credited_by_task_not_by_place() -> None:
 
     queued = deque([(3, 1), (4, 1), (5, 2)])
     w = SimpleNamespace(pid=100, sent=(3, 1), queued=queued)
-    assert Worker.refusal(w, ("done", 100, 3, 1, [])) is None  # type: ignore[arg-type]
+    assert Worker.refusal(w, ("done", 100, 3, 1, [], None)) is None  # type: ignore[arg-type]
     # the second task of the batch while the first is under way: refused
-    assert "task 4.1, not 3.1" in Worker.refusal(w, ("done", 100, 4, 1, []))  # type: ignore
+    assert "task 4.1, not 3.1" in Worker.refusal(w, ("done", 100, 4, 1, [], None))  # type: ignore
     assert Worker.refusal(w, ("back", 100, [(3, 1), (4, 1)])) is None  # type: ignore
     assert "not those it holds" in Worker.refusal(w, ("back", 100, [(4, 1)]))  # type: ignore
     assert "not those it holds" in Worker.refusal(w, ("back", 100, [(3, 1), (5, 2)]))  # type: ignore

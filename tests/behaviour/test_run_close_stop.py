@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.behaviour.waiting import wait_for
-from tests.ledgers import ledger_rows
+from tests.ledgers import begins, ledger_rows
 
 Run = Callable[..., subprocess.CompletedProcess[bytes]]
 
@@ -68,11 +68,12 @@ def test_status_shows_a_live_run_and_the_stop_it_obeys(
     )
     ledger = tmp_path / "out.tsv.ledger"
 
-    def ready() -> bool:  # task 3 runs, and the ends of tasks 1 and 2 are in the ledger
+    def ready() -> bool:  # task 3 runs (its begin row written), tasks 1 and 2 ended
         if not (tmp_path / "started").exists():
             return False
         rows = ledger_rows(ledger)
-        return sum(r["event"] == "end" and r["status"] == "ok" for r in rows) == 2
+        ended = sum(r["event"] == "end" and r["status"] == "ok" for r in rows) == 2
+        return ended and any(b["tasknum"] == "3" for b in begins(ledger))
 
     wait_for(ready, run, "started task 3 after 1 and 2 ended")
     r = zotsink("status", "tasks.txt", "out.tsv", "--json")

@@ -147,12 +147,12 @@ def test_refused_frames_name_why() -> None:
     from zotsink._run.worker import Worker
 
     w = SimpleNamespace(pid=100, sent=(3, 1))
-    assert Worker.refusal(w, ("done", 100, 3, 1, [])) is None  # type: ignore[arg-type]
-    assert "from process 101" in Worker.refusal(w, ("done", 101, 3, 1, []))  # type: ignore
-    assert "task 4.1, not 3.1" in Worker.refusal(w, ("raised", 100, 4, 1, "", 1))  # type: ignore
+    assert Worker.refusal(w, ("done", 100, 3, 1, [], None)) is None  # type: ignore[arg-type]
+    assert "from process 101" in Worker.refusal(w, ("done", 101, 3, 1, [], None))  # type: ignore
+    assert "task 4.1, not 3.1" in Worker.refusal(w, ("raised", 100, 4, 1, "", 1, None))  # type: ignore
     assert "no known kind" in Worker.refusal(w, ("done", 100))  # type: ignore[arg-type]
     idle = SimpleNamespace(pid=100, sent=None)
-    assert "while it ran none" in Worker.refusal(idle, ("done", 100, 3, 1, []))  # type: ignore
+    assert "while it ran none" in Worker.refusal(idle, ("done", 100, 3, 1, [], None))  # type: ignore
 
 
 def test_prints_of_a_thread_after_its_call_are_the_runs_with_a_note(job: Path) -> None:

@@ -43,7 +43,7 @@ def test_the_ledger_records_how_the_run_was_called(tmp_path: Path, zotsink: Run)
     assert json.loads(s.stdout)["settings"] == {
         "tasks": str(tasks), "chunk": "2", "base": "1", "format": "tsv", "columns": "",
         "kv": "", "stamp": "tasknum,attempt", "command": "printf '%s\\n'", "max_attempts": "",
-        "out": "out.tsv",
+        "out": "out.tsv", "list": "tasks.txt",
     }  # fmt: skip
     # the same settings again: nothing new to record
     r = zotsink(

@@ -315,6 +315,8 @@ class Ledger:
         rows: list[bytes] = []
         now = time.time()
         if not self._named:
+            if self._settings and self.view.settings == self._mine:
+                self._settings = ""  # another run recorded these very settings meanwhile
             state = advance(state, "run", [self._settings])
             rows.append(self._run_row(now, state))
         for kind, fields in self._pending:
