@@ -15,6 +15,7 @@ tests run against any release.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -24,7 +25,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -147,10 +147,8 @@ def d(tmp_path: Path) -> Iterator[Path]:
     # whatever a dead run left behind ends now: its orphans and helpers wait for this file
     (tmp_path / "release").touch()
     for pid in _ours(tmp_path):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _ours(d: Path) -> list[int]:
