@@ -194,3 +194,27 @@ def test_the_deadline_is_judged_when_a_task_begins(d: Path, procs: list) -> None
     assert not late, f"tasks began {late} s after the deadline"
     st = status_json(d)["counts"]
     assert st["ok"] == len(began) and st["never"] == len(items) - len(began), st
+
+
+@pytest.mark.parametrize("mode", [(), ("--pull",)], ids=["chunk", "pull"])
+def test_a_lone_run_takes_back_what_it_gave_back_behind_a_slow_task(
+    d: Path, procs: list, mode: tuple[str, ...]
+) -> None:
+    # quick tasks set the pace, so the run claims ahead past a slow one; sitting behind it,
+    # the claimed tasks are given back for another run to take. There is no other run: once
+    # the slow task ends, this one runs them itself, and ends with the list done
+    items = [*(f"q{n}" for n in range(1, 7)), "slow7", *(f"q{n}" for n in range(8, 14))]
+    (d / "tasks.txt").write_text("".join(f"{i}\n" for i in items))
+    run = start(d, *mode, "--jobs", "1")
+    procs.append(run)
+    wait_for(lambda: any((d / "began").glob("slow7.*")), run, "began slow7")
+    if mode:
+        # the tasks claimed behind slow7 are given back (a format 2 ledger says so)
+        wait_for(lambda: released(d) != 0, run, "gave back the tasks claimed behind slow7")
+    (d / "release").touch()
+    _out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    got = subprocess.run(
+        [*ZOTSINK, "cat", "out.txt"], cwd=d, env=env(), capture_output=True, text=True
+    ).stdout.splitlines()
+    assert sorted(got) == sorted(items), err
