@@ -121,6 +121,7 @@ class Driver:
         self.started_after_stop: list[Any] = []
         self.claimed: set[int] = set()
         self.stopped = False
+        self.stop_at = -1  # how many events had come when the stop signal came
 
     def run(self, stop_when: Any = None, limit: float = 120.0) -> None:
         """The loop, to its end; ``stop_when(driver)``: a stop signal comes once it holds."""
@@ -131,6 +132,7 @@ class Driver:
             events.insert(0, Turn(time.monotonic(), self.backend.room()))
             if stop_when is not None and not self.stopped and stop_when(self):
                 self.stopped = True
+                self.stop_at = len(self.events)
                 events.append(Signalled(int(signal.SIGTERM), 1))
             produced: list[Any] = []
             done = False
@@ -256,22 +258,25 @@ def test_a_stop_begins_nothing_more_and_gives_the_claimed_back(
     backend: tuple[Path, bool],
 ) -> None:
     d, calls = backend
-    # quick tasks first: the run claims ahead at their rate, past the two slow ones
+    # quick tasks first: the run claims ahead at their pace, past the slow ones
     lines = [*(f"ok{n}" for n in range(1, 5)), "slow5", "slow6", *(f"ok{n}" for n in range(7, 13))]
     drive = Driver(d, calls, lines)
     try:
-        # the stop comes once both slow tasks began
-        drive.run(stop_when=lambda dr: {(5, 1), (6, 1)} <= set(dr.begun()))
+        drive.run(stop_when=lambda dr: (5, 1) in dr.begun())  # the stop: once slow5 began
     finally:
         drive.close()
     assert drive.started_after_stop == [], "a task was started after the stop"
     began = {k[0] for k in drive.begun()}
-    assert {5, 6} <= began and not began & set(range(7, 13)), began
-    # a call finishes within the grace or is interrupted; a command, told the signal, is
-    # interrupted: never failed or killed by the run's own stop
-    assert drive.state.final[5] in ("ok", "interrupted"), drive.state.final
-    assert drive.state.final[6] in ("ok", "interrupted"), drive.state.final
+    # a worker may begin the next call of its batch before it sees the hold: such a task
+    # ran, and ends as any other; it is never also given back
+    late = {e.key[0] for e in drive.events[drive.stop_at :] if isinstance(e, (Started, Began))}
+    assert not calls or not late - set(drive.state.final), late
+    assert calls or not late, f"commands started after the stop: {late}"
+    # what ran ends as it would have (a call finishes within the grace or is interrupted;
+    # a command, told the signal, is interrupted): never failed or killed by the stop
     assert set(drive.state.final) == began
+    assert set(drive.state.final.values()) <= {"ok", "interrupted"}, drive.state.final
+    assert drive.state.final[5] in ("ok", "interrupted"), drive.state.final
     # the claimed rest never began and was given back for another run, each once
     released = [num for rows in drive.rows for num, _a in rows.releases]
     assert sorted(released) == sorted(drive.claimed - began), (released, drive.claimed)
