@@ -147,7 +147,7 @@ def test_sigkill_of_run_leaves_lost_tasks_that_missing_resubmits(
         # running (never started twice). Once they are gone too, as a node's death would
         # take them, they are lost.
         st = zotsink("status", tasks, "out.txt")
-        assert b"2 running or claimed, 4 never" in st.stderr, st.stderr
+        assert b"2 running, 4 never" in st.stderr, st.stderr
         for f in ready:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(f.name.rsplit(".", 1)[1]), signal.SIGKILL)

@@ -128,7 +128,7 @@ def test_a_chunked_run_takes_no_other_chunk(tmp_path: Path, zotsink: Run) -> Non
     report = task_status(tmp_path / "tasks.txt", tmp_path / "out.tsv.ledger")
     assert (report.to_run, report.takers, report.submit, report.pull) == (1, 0, 0, False)
     said = lines(zotsink("status", "tasks.txt", "out.tsv"))
-    assert said[0] == "zotsink: 4 tasks: 2 ok, 1 running or claimed, 1 never"
+    assert said[0] == "zotsink: 4 tasks: 2 ok, 1 running, 1 never"
     assert said[2] == "zotsink: 1 live run:"
     assert said[3].startswith(f"zotsink:   {HOST} pid {os.getpid()}: 2 done, 1 running, ")
     assert said[-1] == (

@@ -62,7 +62,7 @@ def _run(path: str, tasks: str, out: str, conn: Connection) -> None:
     ledger = Ledger(path, tasks=tasks, env={})
     view = ledger.open()
     ledger.record(SETTINGS, view.settings)
-    looker = Looker(ledger, tasks=tasks, env={}, began=time.time(), max_attempts=None, rerun=False)
+    looker = Looker(ledger, tasks=tasks, out=out, began=time.time(), max_attempts=None, rerun=False)
     writer = Writer(out, sync="none")
     me = (os.getpid(), proc_start(os.getpid()) or "")
     lines = {n: f"line{n}" for n in range(1, TASKS + 1)}

@@ -295,40 +295,64 @@ def _run(o: RunOptions) -> RunReport:
         # and those ok when it began
         selected = max(view.known(), queue.total)
         queue.settle_chunk(min(ok_before, selected), (), 0)
-    left, to_run = _left(o, ledger, scope, max_attempts, pool.state)
-    return _report(o, selected, queue, pool, ledger, max_attempts, left, to_run)
+    ending = _ending(o, ledger, scope, max_attempts, pool.state, ok_before)
+    return _report(o, selected, queue, pool, ledger, max_attempts, ending)
 
 
-def _left(
+class _Ending(NamedTuple):
+    """What the ledger says of a run's tasks as it ends (see :func:`_ending`)."""
+
+    left: tuple[int, ...] = ()
+    to_run: int | None = None
+    elsewhere: int | None = None  # a pull run's: done or held by other runs since it began
+    unknown: int = 0
+
+
+def _ending(
     o: RunOptions,
     ledger: Ledger,
     scope: Mapping[int, str] | None,
     max_attempts: int | None,
     state: RunState,
-) -> tuple[tuple[int, ...], int | None]:
-    """What a run leaves as it ends. After ``zotsink stop``: how many tasks of its chunk,
-    or of the whole list for a pull run, wait for a run (a stop leaves them on purpose).
-    Else the tasks it was to run that wait for a run with no verdict (never begun, lost,
-    interrupted) and that no run holds that lives (or that nothing can tell of): its
-    chunk's, or, for a pull run that was not told to end early, every task some run
-    claimed (a dead run's it should have taken over); a run cut short by a signal, a
-    halt or its deadline says so itself."""
+    ok_before: int,
+) -> _Ending:
+    """What a run leaves as it ends, from its view of the ledger judged now: its chunk's
+    tasks, or a pull run's below the cursor that are not ok (found at C speed).
+
+    ``left``: those that wait for a run with no verdict (never begun, lost, interrupted)
+    and that no run holds that lives or that nothing can tell of, unless the run ended
+    early on purpose (a stop signal, a halt, its deadline: each says so itself); after
+    ``zotsink stop``, ``to_run`` counts instead what of its chunk, or of the whole list,
+    waits for a run. ``unknown``: tasks held by runs nothing here can tell of. A pull run's
+    ``elsewhere``: tasks other runs ended ok since it began, or hold."""
     view = ledger.view
     judge = Judge(wait=SCHEDULER_WAIT)
-    if state.stopped_by_row:
-        keys = scope if scope is not None else task_lines(o.tasks)[0]
-        view.settle(judge, max_attempts=max_attempts, nums=keys)
-        return (), sum(1 for n in keys if view.state(n) in TO_RUN)
-    if o.stopper is not None and o.stopper.signum is not None:
-        return (), None
-    if state.halted is not None or state.queue.out_of_time:
-        return (), None
     if scope is not None:
         nums = [n for n in scope if view.state(n) != "ok"]
     else:
         nums = view.unsettled(ledger.cursor.next)
     view.settle(judge, max_attempts=max_attempts, nums=nums)
-    return tuple(sorted(n for n in nums if view.state(n) in _NO_VERDICT)), None
+    unknown = sum(1 for n in nums if n in view.unknown)
+    elsewhere = None
+    if scope is None:
+        me = view.run_index.get(ledger.run_id, -2)
+        held = sum(
+            1 for n in nums if view.owner[n] != me and view.state(n) in ("claimed", "running")
+        )
+        mine_ok = sum(1 for s in state.final.values() if s == "ok")
+        elsewhere = max(view.ok_count() - ok_before - mine_ok, 0) + held
+    if state.stopped_by_row:
+        keys = scope if scope is not None else task_lines(o.tasks)[0]
+        view.settle(judge, max_attempts=max_attempts, nums=keys)
+        waiting = sum(1 for n in keys if view.state(n) in TO_RUN)
+        return _Ending((), waiting, elsewhere, unknown)
+    cut_short = (
+        (o.stopper is not None and o.stopper.signum is not None)
+        or state.halted is not None
+        or state.queue.out_of_time
+    )
+    left = () if cut_short else tuple(sorted(n for n in nums if view.state(n) in _NO_VERDICT))
+    return _Ending(left, None, elsewhere, unknown)
 
 
 #: The states of a task no run gave a verdict on and none runs: it waits for a run.
@@ -549,15 +573,6 @@ def _pool(
     )
 
 
-def _elsewhere(selected: int, queue: TaskQueue, state: RunState, left: int) -> int:
-    """Tasks another run finished or runs: a chunk's as its looks found them; a pull run's,
-    every task of the list that was neither ok before it, nor its own, nor left waiting."""
-    if queue.mode == "chunk":
-        return queue.elsewhere
-    mine = len(state.final)
-    return max(selected - queue.skipped - mine - len(queue.given_up) - left, 0)
-
-
 def _report(
     o: RunOptions,
     selected: int,
@@ -565,8 +580,7 @@ def _report(
     pool: Pool,
     ledger: Ledger,
     max_attempts: int | None,
-    left: tuple[int, ...],
-    to_run: int | None,
+    ending: _Ending,
 ) -> RunReport:
     state = pool.state
     out, lg, bk = pool.output.out.outcome(), pool.output.log.outcome(), ledger.outcome()
@@ -585,16 +599,16 @@ def _report(
         signal=o.stopper.signum if o.stopper is not None else None,
         error=out.error or lg.error or state.error or pool.ledger_error,
         outcomes=(out, lg, bk),
-        elsewhere=_elsewhere(selected, queue, state, len(left)),
+        elsewhere=queue.elsewhere if ending.elsewhere is None else ending.elsewhere,
         halted=state.halted,
         given_up=len(queue.given_up),
         max_attempts=max_attempts,
         taken_over=queue.taken_over,
-        unknown=state.unknown,
+        unknown=ending.unknown,
         out_of_time=queue.out_of_time,
         idled_out=state.idled_out,
         stopped_by_row=state.stopped_by_row,
         passed=tuple(state.passed),
-        left=left,
-        to_run=to_run,
+        left=ending.left,
+        to_run=ending.to_run,
     )

@@ -226,14 +226,18 @@ class RunState:
             stale = self.queue.stale(now, self.plan.hold)
             if stale:
                 self._releases.extend((t.num, a) for t, a in stale)
+                # given back for a run that idles; if none takes them, this run does once
+                # its slots free: it looks again before it ends
+                self._looked_once = False
         self._commit(now)
         self._claim(now)
         self._start(now)
-        self._look(now)
         self._tend_workers()
         # rows no claim carries are written now: a run waiting on others' tasks must see
-        # their ends, as they must see this run's
+        # their ends, as they must see this run's; a look after them sees them too (the
+        # tasks this run just gave back among them)
         self._flush_rows()
+        self._look(now)
         if self._finished():
             if self.plan.calls:
                 out.append(StopWorkers())

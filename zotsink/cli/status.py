@@ -328,13 +328,8 @@ def status_lines(report: StatusReport, release: str = "") -> list[str]:
     ``release``: the command that releases a run (``zotsink release TASKS OUT``)."""
     c = report.counts
     # counts holds every state, in the ledger's order of states: the line keeps that order
-    # a run writes a task's start row when it claims it, a moment before it starts (a task
-    # whose start cannot be recorded is not run): a few per run wait for a free slot
-    shown = ", ".join(
-        f"{n} running or claimed" if state == "running" else f"{n} {state}"
-        for state, n in c.items()
-        if n
-    )
+    # (claimed: held by a live run, not begun; running: begun, no end yet)
+    shown = ", ".join(f"{n} {state}" for state, n in c.items() if n)
     lines = [f"{counted(report.total, 'task')}: {shown or 'none'}"]
     if report.rate:
         from .. import rate_text
