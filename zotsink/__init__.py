@@ -62,6 +62,7 @@ _LAZY = {
     "read_ledger": "zotsink._run.report",
     "task_status": "zotsink._run.status",
     "StatusReport": "zotsink._run.status",
+    "ChainStatus": "zotsink._run.status",
     "tasks_in": "zotsink._run.status",
     "resubmit_specs": "zotsink._run.status",
     "ledger_missing": "zotsink._run.status",
@@ -94,6 +95,9 @@ _LAZY = {
     "read_runs": "zotsink._run.runs",
     "LiveRuns": "zotsink._run.runs",
     "RunInfo": "zotsink._run.runs",
+    "ensure_runner": "zotsink._run.successor",
+    "RunnerOutcome": "zotsink._run.successor",
+    "Chain": "zotsink._ledger.relay",
     # futures over the elements of an array
     "Executor": "zotsink._executor.executor",
     "CallFuture": "zotsink._executor.executor",
@@ -152,6 +156,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._executor.executor import CallFuture, Executor
     from ._ledger.control import Control
     from ._ledger.events import TaskEvent
+    from ._ledger.relay import Chain
     from ._pack.append import append_member, append_members
     from ._pack.files import pack_files
     from ._pack.index import MemberRow, is_pack_archive
@@ -177,6 +182,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from ._run.runs import LiveRuns, RunInfo, read_runs
     from ._run.state import Progress
     from ._run.status import (
+        ChainStatus,
         LedgerMissing,
         StatusReport,
         failed_tasks,
@@ -186,6 +192,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
         task_status,
         tasks_in,
     )
+    from ._run.successor import RunnerOutcome, ensure_runner
     from ._run.timeline import Slots
     from ._stream import StreamReport, append_stream
     from .errors import (

@@ -33,7 +33,7 @@ LIBRARY = {
     ("serve.py", "environ"): "os.environ: each call's task number and attempt, for stamps",
 }
 #: The decision modules: no I/O.
-PURE = ("state.py", "attempt.py", "queue.py", "commit.py", "halting.py")
+PURE = ("state.py", "attempt.py", "queue.py", "commit.py", "halting.py", "relay.py")
 IO_MODULES = frozenset(("os", "select", "subprocess", "signal", "time", "socket", "threading"))
 
 

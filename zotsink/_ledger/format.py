@@ -38,6 +38,17 @@ The kinds, with what they say:
   while one does.
 - ``close`` (``lines``: how many lines the task list had), ``open``, ``stop``: what the runs
   are told (see :mod:`zotsink._ledger.control`).
+- ``relay``: the chain of jobs that keep a task list's runs allocated (``run --relay``,
+  ``add --relay``): ``what`` happened (an element joined or left, a successor was decided,
+  submitted or failed, the scheduler no longer has a job, the chain ended, a run was
+  refused), the submission's ``ticket``, the ``job`` it concerns, the ``count`` of elements
+  a decision saw, and a ``note`` (see :mod:`zotsink._ledger.relay`).
+
+A run's ``element`` is its array index, followed by ``+R`` when the scheduler started the
+element again (Slurm's ``SLURM_RESTART_COUNT``: a requeue, a preemption, a node's failure):
+``7+2`` is index 7's third start, ``+1`` a job without an array started a second time
+(:func:`element_text`, :func:`parse_element`). An element started again is the same job
+and index: only its restart tells its runs from the runs of its earlier starts.
 
 A claim reads the ledger's last row, not its history: :class:`State` carries the cursor
 (the next task never claimed, ``next``, at byte ``at`` of the task list; the CRC of the
@@ -67,6 +78,8 @@ __all__ = [
     "begin_items_text",
     "blocks_text",
     "crc_cut",
+    "element_name",
+    "element_text",
     "end_items_text",
     "header_format",
     "header_line",
@@ -77,6 +90,7 @@ __all__ = [
     "notes_text",
     "parse_begin_items",
     "parse_blocks",
+    "parse_element",
     "parse_end_items",
     "parse_notes",
     "parse_row",
@@ -108,7 +122,7 @@ FIELDS: Final = {
     # runs a user declared gone (``zotsink release``): their tasks are free, whatever the
     # pid table or the scheduler says (a host that is gone, with no scheduler to ask)
     "gone": ("runs", "note"),
-    "relay": ("what", "job", "seen", "note"),
+    "relay": ("what", "ticket", "job", "count", "note"),
 }
 _WIDTH: Final = {kind: len(names) + 5 for kind, names in FIELDS.items()}
 
@@ -168,11 +182,12 @@ def _state(text: str) -> State | None:
 def advance(state: State, kind: str, fields: dict[str, str] | Sequence[str]) -> State:
     """The state after a row of ``kind`` with ``fields`` (by name, or in order), other than
     a cursor's claim (which moves the cursor itself): a claim or release by name moves
-    ``xgen``, a control row or a run of new settings ``ctl``. The one rule every writer
-    stamps rows by."""
+    ``xgen``, a control row, a relay row or a run of new settings ``ctl`` (every run reads
+    them at its next claim: what the runs are told, and the chain they belong to). The one
+    rule every writer stamps rows by."""
     if kind in ("claim", "release"):
         return state._replace(xgen=state.xgen + 1)
-    if kind in ("close", "open", "stop", "gone"):
+    if kind in ("close", "open", "stop", "gone", "relay"):
         return state._replace(ctl=state.ctl + 1)
     if kind == "run":
         settings = fields["settings"] if isinstance(fields, dict) else fields[-1]
@@ -247,6 +262,31 @@ def line_crc(lines: Iterable[str], crc: int = 0) -> int:
     for text in lines:
         crc = zlib.crc32(text.encode("utf-8", "surrogateescape") + b"\n", crc)
     return crc
+
+
+# -- a run's array element: INDEX[+RESTART] -----------------------------------------------
+
+
+def element_text(index: str, restart: int) -> str:
+    """A ``run`` row's ``element``: the array index, and ``+R`` after a restart (R > 0)."""
+    return f"{index}+{restart}" if restart > 0 else index
+
+
+def parse_element(text: str) -> tuple[str, int]:
+    """The array index and the restart of a ``run`` row's ``element`` (see
+    :func:`element_text`); a restart that is no number counts as 0."""
+    index, plus, restart = text.partition("+")
+    return index, int(restart) if plus and restart.isdigit() else 0
+
+
+def element_name(job: str, element: str) -> str:
+    """An element as a person reads it: ``JOB[INDEX]`` (``JOB`` without an array), with
+    `` restart R`` when the scheduler started it again; "" without a job."""
+    if not job:
+        return ""
+    index, restart = parse_element(element)
+    name = f"{job}[{index}]" if index else job
+    return f"{name} restart {restart}" if restart else name
 
 
 # -- task lists: 5-68,70.2,80-90.3 ------------------------------------------------------

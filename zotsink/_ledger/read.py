@@ -317,7 +317,7 @@ def restamp(path: str, fd: int, size: int, data: bytes, *, coherent: bool) -> by
     lock), stamped anew with the states after the ledger's last row, under its lock, for
     ``zotsink recover`` to append. A line that is no row is kept as it is (readers pass it
     by)."""
-    from .format import make_row
+    from .format import advance, make_row
 
     state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
     out: list[bytes] = []
@@ -328,12 +328,7 @@ def restamp(path: str, fd: int, size: int, data: bytes, *, coherent: bool) -> by
         if row is None:
             out.append(line + b"\n")
             continue
-        if row.kind in ("claim", "release"):
-            state = state._replace(xgen=state.xgen + 1)
-        elif row.kind in ("close", "open", "stop") or (
-            row.kind == "run" and row.fields["settings"]
-        ):
-            state = state._replace(ctl=state.ctl + 1)
         fields = [row.fields[name] for name in FIELDS[row.kind]]
+        state = advance(state, row.kind, fields)  # the one stamping rule
         out.append(make_row(row.kind, row.time, row.run, fields, state))
     return b"".join(out)

@@ -42,15 +42,18 @@ from .format import (
     Block,
     EndItem,
     Row,
+    element_name,
     line_crc,
     parse_begin_items,
     parse_blocks,
+    parse_element,
     parse_end_items,
     parse_notes,
     parse_settings,
     parse_tasks,
 )
 from .pieces import Claims, OutFile, Piece
+from .relay import Chain
 
 __all__ = [
     "FAILING",
@@ -135,6 +138,7 @@ class RunRecord:
         "released",
         "settings",
         "start",
+        "superseded",
         "workers",
     )
 
@@ -150,13 +154,24 @@ class RunRecord:
         self.claimed = self.begun = self.ok = self.not_ok = self.released = 0
         self.gone = False  # a user declared it gone (``zotsink release``)
         self.workers: list[tuple[int, str]] = []  # a --call run's workers: (pid, start)
+        # a later start of its array element (a requeue) wrote a run row: this run is over
+        self.superseded = False
 
     @property
     def element_name(self) -> str:
-        """The array element that ran it, as ``JOB[INDEX]`` (``JOB``; ``-`` outside a job)."""
-        if not self.job:
-            return "-"
-        return f"{self.job}[{self.element}]" if self.element else self.job
+        """The array element that ran it, as ``JOB[INDEX]`` (``JOB``; ``-`` outside a job),
+        with ``restart R`` when the scheduler started the element again."""
+        return element_name(self.job, self.element) or "-"
+
+    @property
+    def restart(self) -> int:
+        """How often the scheduler had started its element again when it began (0: never)."""
+        return parse_element(self.element)[1]
+
+    def supersede(self) -> None:
+        """A later start of this run's element began: Slurm starts an element again only
+        once every process of its earlier start is gone, so this run is over."""
+        self.superseded = True
 
 
 class Judge(Protocol):
@@ -205,6 +220,9 @@ class LedgerView:
         self.run_index: dict[str, int] = {}
         self.claim_rows: list[tuple[int, str]] = []  # (CRC of their lines, tasks)
         self.control = Control()
+        self.chain = Chain()  # the relay rows (run --relay)
+        # (job, index) -> the runs of that element and the restart each began in
+        self._starts: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.settings: dict[str, str] | None = None  # the latest recorded
         self.settings_at = -1
         self.first_time = math.inf
@@ -245,6 +263,8 @@ class LedgerView:
                 continue
             if row.kind in ("close", "open", "stop"):
                 control = control.fold(row.kind, at, row.time, row.fields.get("lines", ""))
+            elif row.kind == "relay":
+                self.chain.fold(at, row)
         self.control = control
         self._final = None
 
@@ -280,6 +300,7 @@ class LedgerView:
         if r is None:
             r = self.run_index[row.run] = len(self.runs)
             self.runs.append(RunRecord(r, at, row))
+            self._started(r)
         record = self.runs[r]
         if record.settings is None:
             record.settings = parse_settings(row.fields["settings"])
@@ -292,6 +313,22 @@ class LedgerView:
             r = self.run_index.get(run_id)
             if r is not None:
                 self.runs[r].gone = True
+
+    def _started(self, r: int) -> None:
+        """A run of an array element began: the runs of the element's earlier starts (a
+        requeue, a preemption, a node that failed: the same job and index, a lower restart)
+        are over, whatever the scheduler says of the element now."""
+        run = self.runs[r]
+        if not run.job:
+            return
+        index, restart = parse_element(run.element)
+        starts = self._starts.setdefault((run.job, index), [])
+        for other, theirs in starts:
+            if theirs < restart:
+                self.runs[other].supersede()
+            elif restart < theirs:
+                run.supersede()  # rows out of order: a later start wrote first
+        starts.append((r, restart))
 
     def _worker(self, at: int, row: Row) -> None:
         r = self._who(at, row)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .._core.stamp import TASKNUM_VAR
+from .._ledger.format import element_text, parse_element
 from .scheduler import (
     ANSWER_TTL,
     SCHEDULER_WAIT,
@@ -35,6 +36,7 @@ __all__ = [
     "RUN_VAR",
     "SCHEDULER_WAIT",
     "Judge",
+    "element_key",
     "forget_jobs",
     "host_identity",
     "job_alive",
@@ -43,6 +45,7 @@ __all__ = [
     "process_alive",
     "qualified_job",
     "run_alive",
+    "run_element",
     "run_mark",
     "scheduler_wait",
     "survivor_tasks",
@@ -156,6 +159,22 @@ def host_identity() -> tuple[str, str]:
     return host, f"{boot}.{ns}"
 
 
+def run_element(index: str, env: Mapping[str, str]) -> str:
+    """The ``element`` a run's row names: its array index, and how often the scheduler had
+    started the element again when the run began (Slurm's ``SLURM_RESTART_COUNT``: a
+    requeue, a preemption, a node's failure), so that the runs of an element's earlier
+    start are never taken for the live one's."""
+    restart = env.get("SLURM_RESTART_COUNT", "") if env.get("SLURM_JOB_ID") else ""
+    return element_text(index, int(restart) if restart.isdigit() else 0)
+
+
+def element_key(job: str, element: str) -> str:
+    """The key a run's job (``[CLUSTER:]JOB``, as its row names it) and element are asked
+    about as a whole, whichever start of it: ``[CLUSTER:]JOB[_INDEX]`` ("" without a job)."""
+    cluster, _, bare = job.rpartition(":")
+    return job_key(bare, parse_element(element)[0], cluster)
+
+
 def qualified_job(job: str, env: Mapping[str, str]) -> str:
     """A job id as the ledger writes it: ``CLUSTER:JOB`` where the scheduler names its
     cluster (:func:`~zotsink._run.scheduler.job_cluster`; a site with several clusters has
@@ -209,9 +228,14 @@ class Judge:
         return theirs != mine
 
     def _scheduler(self, run: Any) -> bool | None:
-        # a job of another cluster: the backend asks that cluster, or says None
+        if run.superseded:
+            return False  # a later start of its element wrote its run row: this one is over
+        # a job of another cluster: the backend asks that cluster, or says None; about
+        # this run's start of the element (a requeued element is alive again, and the
+        # runs of its earlier start are not)
         cluster, _, job = run.job.rpartition(":")
-        name = job_key(job, run.element, cluster)
+        index, restart = parse_element(run.element)
+        name = job_key(job, index, cluster, restart if job else -1)
         if self.wait is None:
             return job_alive(name)
         with scheduler_wait(self.wait):

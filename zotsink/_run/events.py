@@ -43,6 +43,8 @@ __all__ = [
     "Look",
     "Looked",
     "Placed",
+    "RelayCheck",
+    "RelayChecked",
     "Release",
     "Returned",
     "Rows",
@@ -53,6 +55,8 @@ __all__ = [
     "StartFailed",
     "Started",
     "StopWorkers",
+    "Submit",
+    "Submitted",
     "Turn",
     "Unloadable",
     "WorkerGone",
@@ -233,6 +237,22 @@ class Looked(NamedTuple):
     error: Exception | None = None
 
 
+class RelayChecked(NamedTuple):
+    """A relay check was made under the ledger's lock: its verdict
+    (:class:`~zotsink._run.relay.Verdict`), or the error that kept its rows out."""
+
+    verdict: Any = None
+    error: Exception | None = None
+
+
+class Submitted(NamedTuple):
+    """A successor's submission ended: the job id (None: it failed, ``message`` says why)."""
+
+    ticket: str
+    job: str | None
+    message: str = ""
+
+
 # -- instructions -----------------------------------------------------------------------------
 
 
@@ -279,6 +299,7 @@ class Rows(NamedTuple):
     releases: Sequence[Key] = ()
     workers: Sequence[tuple[int, str]] = ()
     now: bool = False
+    relays: Sequence[Sequence[str]] = ()  # relay rows' fields (a submission's outcome)
 
 
 class Release(NamedTuple):
@@ -306,6 +327,23 @@ class Hold(NamedTuple):
 
 class StopWorkers(NamedTuple):
     """No more tasks: each worker ends after its last result."""
+
+
+class RelayCheck(NamedTuple):
+    """Apply the relay's rule under the ledger's lock (:func:`~zotsink._run.relay.decide`)
+    with ``ticket`` as the next submission's, the run's ``facts``, whether its ``exit`` row
+    is written, and how long it has been ending."""
+
+    ticket: str
+    facts: Any  # zotsink._run.relay.Facts
+    exited: bool = False
+    waited: float = 0.0
+
+
+class Submit(NamedTuple):
+    """Submit one successor (ticket ``ticket``), outside the loop's thread."""
+
+    ticket: str
 
 
 class Done(NamedTuple):

@@ -18,7 +18,10 @@ what is recorded, the control rows, every task's history), and then writes:
   rows (one per group commit, naming where the records went), ``release`` rows (claimed
   tasks given back), ``worker`` rows;
 - looks (:meth:`Ledger.look`): the rows other runs appended since, under a shared lock,
-  folded into the view, for a run that waits on others or follows its list.
+  folded into the view, for a run that waits on others or follows its list;
+- relay checks (:meth:`Ledger.relay`, ``run --relay``): under the exclusive lock, the rows
+  other runs wrote since folded (this run's own relay rows among them), the chain's rule
+  says which ``relay`` rows to append (:func:`~zotsink._run.relay.decide`).
 
 Every row carries the ledger's state after it: a writer computes it from the last row's,
 under the lock, so the rows are stamped only there (:meth:`Ledger._stamp`).
@@ -32,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._core.outlet import Outcome, Outlet
@@ -58,9 +61,10 @@ from .._ledger.format import (
     tasks_text,
 )
 from .._ledger.read import Snapshot, tail_state, too_new
+from .._ledger.relay import relay_fields
 from .._ledger.view import LedgerView
 from ..errors import UsageError, ZotsinkError
-from .alive import host_identity, proc_start, qualified_job
+from .alive import element_key, host_identity, proc_start, qualified_job, run_element
 from .attempt import End
 from .events import Key
 from .queue import Candidate
@@ -135,7 +139,10 @@ class Ledger:
         host, hostid = host_identity()
         pid = os.getpid()
         self.start = proc_start(pid) or ""
+        element = run_element(element, env)
         self._me = [host, hostid, str(pid), self.start, qualified_job(job, env), element]
+        # the element as the chain of a relay names it (any start of it)
+        self.job_key = element_key(qualified_job(job, env), element)
         self._settings = ""  # this run's settings as JSON, when they are new ("": recorded)
         self._mine: dict[str, str] | None = None
         self._named = False  # the run row is written
@@ -159,6 +166,8 @@ class Ledger:
         self._known = (-1, -1)  # (xgen, ctl) the view is up to date with
         self._pending: list[tuple[str, list[str]]] = []  # kind, fields
         self._want: _Want | None = None
+        self._relay: Callable[[LedgerView, State], list[list[str]]] | None = None
+        self._stop_since = -1  # a stop row at or after it is for this run (-1: _began)
         self._result: ClaimResult | None = None
         self._conflict: str | None = None
         self._cursor = INITIAL
@@ -220,7 +229,37 @@ class Ledger:
     @property
     def stopped(self) -> bool:
         """Whether ``zotsink stop`` told this run to claim nothing more."""
-        return self.view.control.stopped(self._began)
+        since = self._began if self._stop_since < 0 else min(self._stop_since, self._began)
+        return self.view.control.stopped(since)
+
+    def stopped_since(self, offset: int) -> None:
+        """A stop row at or after ``offset`` (before the run began) is for this run too: a
+        successor a chain decided there, queued when the stop came, ends with the chain."""
+        self._stop_since = offset
+
+    def join(self, note: str) -> None:
+        """This run is an element of its list's chain (``run --relay``): a ``join`` row goes
+        with its first append (outside a job, where nobody can ask after it, none)."""
+        if self.job_key:
+            self._pending.append(("relay", relay_fields("join", job=self.job_key, note=note)))
+
+    def refused(self, message: str) -> None:
+        """This run was refused before it began (its settings): a ``refused`` row says so,
+        appended alone (with the run row that names it)."""
+        self._pending.append(("relay", relay_fields("refused", job=self.job_key, note=message)))
+        self._settings = ""  # refused settings are not recorded
+        self.flush()
+
+    def relay(self, decide: Callable[[LedgerView, State], list[list[str]]]) -> None:
+        """Under the ledger's exclusive lock, every row appended since folded: ``decide``
+        (fed this run's view and the last row's state) gives the ``relay`` rows to append,
+        with the rows waiting, in one fsynced append. Raises like :meth:`flush`."""
+        self._relay = decide
+        try:
+            self.outlet.write_or_raise(b"")
+        finally:
+            self._relay = None
+        self.committed()
 
     # -- rows ---------------------------------------------------------------------------------
     def put(
@@ -230,10 +269,13 @@ class Ledger:
         ends: Sequence[tuple[Any, Sequence[End]]] = (),
         releases: Sequence[Key] = (),
         workers: Sequence[tuple[int, str]] = (),
+        relays: Sequence[Sequence[str]] = (),
     ) -> None:
         """Rows to write with the next append: begins, end groups (a commit's blocks and
-        its ends), releases, workers."""
+        its ends), releases, workers, relay rows (a submission's outcome)."""
         pending = self._pending
+        for fields in relays:
+            pending.append(("relay", list(fields)))
         for pid, start in workers:
             pending.append(("worker", [f"{pid}:{start}"]))
         if begins:
@@ -301,14 +343,14 @@ class Ledger:
         size = st.st_size
         coherent = self.writer.coherent
         state = tail_state(self.path, fd, size, settle=True, coherent=coherent) if size else INITIAL
-        want = self._want
+        want, relay = self._want, self._relay
         stale = (state.xgen, state.ctl) != self._known
         # a claim by number must see claims by the cursor since (they move only its place):
         # one that passed a task this run names has taken it
         passed = want is not None and any(
             self._cursor.next <= c.task.num < state.next for c in want.named
         )
-        if (stale or passed) and want is not None:
+        if (stale and relay is not None) or ((stale or passed) and want is not None):
             self._news(fd, size)
             self._known = (state.xgen, state.ctl)
             stale = False
@@ -324,7 +366,15 @@ class Ledger:
             rows.append(make_row(kind, now, self.run_id, fields, state))
         if want is not None:
             state = self._claim_row(fd, state, want, now, rows)
-        if not stale:
+        chained = any(kind == "relay" for kind, _f in self._pending)
+        if relay is not None:
+            for fields in relay(self.view, state):
+                state = advance(state, "relay", fields)
+                rows.append(make_row("relay", now, self.run_id, fields, state))
+                chained = True
+        # this run's own relay rows are read back with the next news (the chain it counts
+        # by must hold its own decisions): its view is not up to date with them
+        if not stale and not chained:
             self._known = (state.xgen, state.ctl)
         self._cursor = state
         return b"".join(rows)
@@ -487,7 +537,7 @@ def write_control(
         state = (
             tail_state(path, fd, size, settle=True, coherent=writer.coherent) if size else INITIAL
         )
-        state = state._replace(ctl=state.ctl + 1)
+        state = advance(state, kind, fields)
         return make_row(kind, time.time(), "-", fields, state)
 
     writer = Writer(

@@ -21,7 +21,9 @@ from .._core.stop import Stopper
 from ..errors import UsageError
 from .alive import job_end
 from .frames import names_file
+from .relay import relay_lead
 from .state import Progress
+from .successor import relay_backend
 from .worker import call_spec, function_spec
 
 __all__ = ["RunOptions", "checked_options"]
@@ -102,6 +104,9 @@ class RunOptions(NamedTuple):
     idle: float | None = None
     deadline: float | None = None  # time.time() seconds (given; a pull run: the scheduler's)
     task_time: float | None = None
+    relay: int | None = None  # --relay N: keep the list's chain of elements at N
+    relay_script: str | None = None  # what a successor is (absolute); None: this job's script
+    max_relays: int | None = None
 
 
 def checked_options(
@@ -134,9 +139,13 @@ def checked_options(
     idle: float | None = None,
     deadline: str | float | None = None,
     task_time: float | None = None,
+    relay: int | None = None,
+    relay_script: str | os.PathLike[str] | None = None,
+    max_relays: int | None = None,
 ) -> RunOptions:
     """The option checks: a usage error names the first option that cannot work."""
     out = os.fspath(out)
+    script = _relay_checks(relay, relay_script, max_relays, pull=pull, env=env)
     if idle is not None and not follow:
         raise UsageError("--idle ends a --follow run that has nothing to do: give --follow")
     if (deadline is not None or task_time is not None) and not pull:
@@ -153,6 +162,9 @@ def checked_options(
     if task_time is not None:
         check_seconds("task_time", task_time, MAX_TIMEOUT)
     ends = _deadline(deadline, env) if pull else None
+    if relay is not None and deadline is None and ends is not None:
+        # the job's own end: a relay run leaves room to hand its place on before it
+        ends -= relay_lead(ends - time.time())
     if function is not None:
         if call is not None:
             raise UsageError("give call or function, not both")
@@ -236,7 +248,48 @@ def checked_options(
         idle=idle,
         deadline=ends,
         task_time=task_time,
+        relay=relay,
+        relay_script=script,
+        max_relays=max_relays,
     )
+
+
+def _relay_checks(
+    relay: int | None,
+    script: str | os.PathLike[str] | None,
+    max_relays: int | None,
+    *,
+    pull: bool,
+    env: Mapping[str, str],
+) -> str | None:
+    """``--relay``, ``--relay-script`` and ``--max-relays``, checked; the script's absolute
+    path (a successor reads it where the first element found it)."""
+    if relay is None:
+        if script is not None or max_relays is not None:
+            raise UsageError(
+                "--relay-script and --max-relays shape a --relay chain: give --relay N"
+            )
+        return None
+    if isinstance(relay, bool) or not isinstance(relay, int) or relay < 1:
+        raise UsageError(f"relay (--relay) must be a whole number >= 1, not {relay!r}")
+    if max_relays is not None and (
+        isinstance(max_relays, bool) or not isinstance(max_relays, int) or max_relays < 0
+    ):
+        raise UsageError(
+            f"max_relays (--max-relays) must be a whole number >= 0, not {max_relays!r}"
+        )
+    if not pull:
+        raise UsageError(
+            "--relay keeps elements that take the next tasks of the whole list: give --pull "
+            "(or --follow)"
+        )
+    path = None
+    if script is not None:
+        path = os.path.abspath(os.fspath(script))
+        if not os.path.isfile(path) or not os.access(path, os.R_OK):
+            raise UsageError(f"--relay-script {os.fspath(script)} is not a file this user can read")
+    relay_backend(env, path)
+    return path
 
 
 def _deadline(given: str | float | None, env: Mapping[str, str]) -> float | None:

@@ -5,10 +5,11 @@ that are readable, the children reaped), :meth:`RunState.handle
 <zotsink._run.state.RunState.handle>` decides, and each instruction is carried out here,
 in order, by the one part that owns it: the backend (:mod:`.commands` or :mod:`.calls`:
 start, signal, drain, workers), OUT and the log (:func:`.output.append_held`), the ledger
-(rows, claims: :class:`.ledger.Ledger`), the looks (:class:`.look.Looker`). What those calls
-find is fed back as the next events, in the same turn, before the loop waits again. The
-loop waits in one ``poll`` on every pipe and the stop signals' wakeup pipe, at most until
-the decisions' next deadline.
+(rows, claims: :class:`.ledger.Ledger`), the looks (:class:`.look.Looker`), the relay's
+checks and submissions (:class:`.successor.Desk`: a submission runs in a thread of its own,
+its end one more readable descriptor). What those calls find is fed back as the next
+events, in the same turn, before the loop waits again. The loop waits in one ``poll`` on
+every pipe and the stop signals' wakeup pipe, at most until the decisions' next deadline.
 """
 
 from __future__ import annotations
@@ -33,19 +34,22 @@ from .events import (
     Drain,
     Hold,
     Look,
+    RelayCheck,
     Rows,
     Signal,
     Signalled,
     Spawn,
     Start,
     StopWorkers,
+    Submit,
     Turn,
 )
 from .ledger import Ledger
 from .look import Looker
 from .output import Output, append_held
-from .scheduler import SCHEDULER_WAIT
+from .scheduler import SCHEDULER_WAIT, Errand
 from .state import Progress, RunState
+from .successor import Desk
 
 __all__ = ["PROGRESS_EVERY", "Backend", "Pool"]
 
@@ -81,8 +85,11 @@ class Pool:
         output: Output,
         stopper: Stopper | None,
         progress: Callable[[Progress], None] | None = None,
+        desk: Desk | None = None,
     ) -> None:
         self.state = state
+        self.desk = desk  # --relay: the chain's checks and the successors' submissions
+        self._errands: dict[int, tuple[str, Errand[tuple[str | None, str]]]] = {}
         self.backend = backend
         self.poller = poller
         self.ledger = ledger
@@ -118,6 +125,9 @@ class Pool:
                 continue  # what the calls found is decided on before the loop waits
             for fd, _ev in self.poller.poll(self._wait_ms()):
                 if self.stopper is not None and fd == self.stopper.wakeup_fd:
+                    continue
+                if fd in self._errands:
+                    events.append(self._answered(fd))
                     continue
                 events += backend.readable(fd)
             now = time.monotonic()
@@ -158,7 +168,11 @@ class Pool:
             return backend.start(ins.attempts)
         if kind is Rows:
             self.ledger.put(
-                begins=ins.begins, ends=ins.ends, releases=ins.releases, workers=ins.workers
+                begins=ins.begins,
+                ends=ins.ends,
+                releases=ins.releases,
+                workers=ins.workers,
+                relays=ins.relays,
             )
             if ins.now:
                 try:
@@ -186,7 +200,20 @@ class Pool:
         if kind is StopWorkers:
             backend.stop_workers()
             return []
+        if kind is RelayCheck and self.desk is not None:
+            return [self.desk.check(ins)]
+        if kind is Submit and self.desk is not None:
+            errand = self.desk.submit(ins.ticket)
+            self._errands[errand.fileno()] = (ins.ticket, errand)
+            self.poller.register(errand.fileno(), select.POLLIN)
+            return []
         raise AssertionError(f"an instruction of no known kind: {ins!r}")
+
+    def _answered(self, fd: int) -> Any:
+        """A submission's thread is done: its outcome, as an event."""
+        ticket, errand = self._errands.pop(fd)
+        self.poller.unregister(fd)
+        return Desk.answered(ticket, errand)
 
     def _claim(self, ins: Claim) -> Any:
         q = self.state.queue
@@ -216,6 +243,9 @@ class Pool:
         return Committed(placed, blocks, writer.last_ino, self.output.header_size())
 
     def close(self) -> None:
+        for _ticket, errand in self._errands.values():
+            errand.close()  # a submission still out (a failure ended the loop): let go
+        self._errands.clear()
         try:
             self.backend.close()
             self.output.flush_log()  # the workers' last prints (a thread's last words)

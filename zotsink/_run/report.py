@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 from .._ledger.events import TaskEvent, task_events
+from .._ledger.format import element_name
 from .._ledger.read import Snapshot
 from .advise import TaskUse
 from .tasks import task_lines
@@ -55,10 +56,9 @@ class Attempt(NamedTuple):
     @property
     def element(self) -> str:
         """The array element that ran it, as ``JOB[INDEX]`` (``JOB``, or the host's run
-        outside an array)."""
-        if not self.job:
-            return "-"
-        return f"{self.job}[{self.array_task}]" if self.array_task else self.job
+        outside an array), with ``restart R`` when the scheduler had started it again:
+        a requeued element's attempts are counted as its own."""
+        return element_name(self.job, self.array_task) or "-"
 
     def use(self) -> TaskUse:
         """What it used, as ``status --advise`` reads it."""

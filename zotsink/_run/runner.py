@@ -29,6 +29,7 @@ from .._core.writer import Writer
 from .._ledger.format import parse_end_items, parse_notes
 from .._ledger.pieces import out_file
 from .._ledger.read import Snapshot, last_rows
+from .._ledger.relay import join_note
 from .._ledger.view import LedgerView, State
 from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, SCHEDULER_WAIT, Judge, proc_start, run_mark
@@ -42,9 +43,11 @@ from .options import RunOptions, checked_options
 from .output import Output
 from .pool import Pool
 from .queue import Candidate, Mode, TaskQueue
+from .relay import Relay, RelayPlan
 from .settings import ended_ok_since_settings, reconcile, recorded_max_attempts, run_settings
 from .state import Plan, Progress, RunState
 from .status import TO_RUN
+from .successor import RELAY_VAR, Desk, relay_backend
 from .tasks import Task, read_tasks, task_lines
 from .worker import refuse_nested_run
 
@@ -52,7 +55,7 @@ from .worker import refuse_nested_run
 #: import that hangs, a lock on a shared filesystem): then the run stops, and says why.
 LOAD_TIMEOUT = 600.0
 
-__all__ = ["RunReport", "run_tasks", "task_states"]
+__all__ = ["RELAY_MAX_ATTEMPTS", "RunReport", "run_tasks", "task_states"]
 
 
 class RunReport(NamedTuple):
@@ -89,6 +92,9 @@ class RunReport(NamedTuple):
     # after `zotsink stop`: its chunk's tasks, or the list's for a pull run, that wait for
     # a run (not ok, not given up, not running)
     to_run: int | None = None
+    # --relay: the jobs it submitted, its failed submissions' messages, what its chain
+    # checks decided (each change once)
+    relay: dict[str, list[str]] | None = None
 
     def to_dict(self) -> dict[str, object]:
         d = self._asdict()
@@ -156,6 +162,9 @@ def run_tasks(
     idle: float | None = None,
     deadline: str | float | None = None,
     task_time: float | None = None,
+    relay: int | None = None,
+    relay_script: str | os.PathLike[str] | None = None,
+    max_relays: int | None = None,
 ) -> RunReport:
     """Run the tasks of this array element (see ``zotsink run --help``); a :class:`RunReport`.
 
@@ -192,6 +201,13 @@ def run_tasks(
 
     ``halt_after``: claim nothing more after that many failed tasks in this run (0: never
     halt); None: halt when the first tasks all fail alike (see :mod:`zotsink._run.halting`).
+
+    ``relay`` (a pull run in a batch job): keep N elements of the list's chain queued or
+    running while work waits, each submitting one successor at a time (``relay_script``,
+    else this job's own script), at most ``max_relays`` in all; the last element to leave
+    with work left hands its place on (see :mod:`zotsink._run.relay`). ``max_attempts``
+    defaults to :data:`RELAY_MAX_ATTEMPTS` there, unless the ledger records one: a task
+    that always fails must not keep a chain alive.
     """
     refuse_nested_run()
     o = checked_options(
@@ -233,6 +249,9 @@ def run_tasks(
         idle=idle,
         deadline=deadline,
         task_time=task_time,
+        relay=relay,
+        relay_script=relay_script,
+        max_relays=max_relays,
     )
     return _run(o)
 
@@ -254,7 +273,12 @@ def _run(o: RunOptions) -> RunReport:
     try:
         judge = Judge(wait=SCHEDULER_WAIT)
         view = ledger.open(judge)
-        max_attempts = _settings(o, fmt, ledger, view)
+        try:
+            max_attempts = _settings(o, fmt, ledger, view)
+        except UsageError as e:  # other settings than the recorded ones, another list
+            if o.pull:
+                _refused(ledger, e)
+            raise
     except BaseException:
         ledger.close()
         raise
@@ -283,7 +307,8 @@ def _run(o: RunOptions) -> RunReport:
     halting = Halting(o.jobs, o.halt_after, again=systematic(_recent_ends(o.ledger_path), o.jobs))
     if halting.probing:
         queue.limit(1)
-    pool = _pool(o, queue, ledger, looker, template, halting, max_attempts)
+    relay = _relay(o, ledger, view) if o.relay is not None else None
+    pool = _pool(o, queue, ledger, looker, template, halting, max_attempts, relay)
     try:
         pool.loop()
     finally:
@@ -296,7 +321,38 @@ def _run(o: RunOptions) -> RunReport:
         selected = max(view.known(), queue.total)
         queue.settle_chunk(min(ok_before, selected), (), 0)
     ending = _ending(o, ledger, scope, max_attempts, pool.state, ok_before)
-    return _report(o, selected, queue, pool, ledger, max_attempts, ending)
+    return _report(o, selected, queue, pool, ledger, max_attempts, ending, relay)
+
+
+
+#: ``--max-attempts`` of a relay run when neither given nor recorded: a task that fails
+#: alike in every element is given up, and is no work that keeps the chain alive.
+RELAY_MAX_ATTEMPTS: Final = 3
+
+
+def _relay(o: RunOptions, ledger: Ledger, view: LedgerView) -> Relay:
+    """A relay run's decisions: it joins its list's chain (with its first append), and a
+    stop that came while the successor it is was queued is for it too."""
+    assert o.relay is not None
+    by = o.env.get(RELAY_VAR, "")
+    run, dot, ticket = by.rpartition(".")
+    if dot:
+        at = view.chain.decided_at(run, ticket)
+        if at is not None:
+            ledger.stopped_since(at)
+    ledger.join(join_note(o.relay, o.max_relays, by if dot else ""))
+    plan = RelayPlan(o.relay, o.max_relays, ledger.job_key, ledger.run_id)
+    return Relay(plan, now=time.monotonic())
+
+
+def _refused(ledger: Ledger, e: UsageError) -> None:
+    """A pull run in a batch job refused for its settings (a runner a cron line or a chain
+    submitted) says so in the ledger too: a job's output is often /dev/null, and ``status``
+    shows it. Nothing when that fails as well."""
+    if not ledger.job_key:
+        return
+    with contextlib.suppress(ZotsinkError, OSError):
+        ledger.refused(str(e))
 
 
 class _Ending(NamedTuple):
@@ -375,6 +431,9 @@ def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int 
     :func:`~zotsink._run.settings.reconcile`) and given to the ledger; the max_attempts that
     applies (given, else recorded)."""
     opts = o.write
+    given = o.max_attempts
+    if given is None and o.relay is not None and recorded_max_attempts(view.settings) is None:
+        given = RELAY_MAX_ATTEMPTS
     settings = run_settings(
         o.tasks,
         o.command,
@@ -386,7 +445,7 @@ def _settings(o: RunOptions, fmt: str, ledger: Ledger, view: LedgerView) -> int 
         columns=opts.columns,
         kv=opts.kv,
         stamp=opts.stamp,
-        max_attempts=o.max_attempts,
+        max_attempts=given,
         call=o.call,
         array_job=job_id(o.env) if task_id(o.env) else "",
     )
@@ -509,6 +568,7 @@ def _pool(
     template: Encoder,
     halting: Halting,
     max_attempts: int | None,
+    relay: Relay | None = None,
 ) -> Pool:
     """The pool: the decisions, the backend, OUT and the log through the locked append path."""
     opts = o.write
@@ -560,7 +620,18 @@ def _pool(
         log=o.log_path,
         max_attempts=max_attempts,
     )
-    state = RunState(plan, queue, halting=halting, now=now, signame=signame)
+    state = RunState(plan, queue, halting=halting, relay=relay, now=now, signame=signame)
+    desk = None
+    if relay is not None:
+        desk = Desk(
+            ledger,
+            relay.plan,
+            backend=relay_backend(o.env, o.relay_script),
+            env=o.env,
+            script=o.relay_script,
+            lock=opts.lock,
+            timeout=opts.timeout,
+        )
     return Pool(
         state=state,
         backend=backend,
@@ -570,6 +641,7 @@ def _pool(
         output=output,
         stopper=o.stopper,
         progress=o.progress,
+        desk=desk,
     )
 
 
@@ -581,8 +653,16 @@ def _report(
     ledger: Ledger,
     max_attempts: int | None,
     ending: _Ending,
+    relay: Relay | None = None,
 ) -> RunReport:
     state = pool.state
+    relayed = None
+    if relay is not None:
+        relayed = {
+            "submitted": list(relay.submitted),
+            "failures": list(relay.failures),
+            "said": list(relay.said),
+        }
     out, lg, bk = pool.output.out.outcome(), pool.output.log.outcome(), ledger.outcome()
     return RunReport(
         selected=selected,
@@ -611,4 +691,5 @@ def _report(
         passed=tuple(state.passed),
         left=ending.left,
         to_run=ending.to_run,
+        relay=relayed,
     )

@@ -15,6 +15,8 @@ __all__ = [
     "sge_end",
     "sge_tasks",
     "slurm_end",
+    "slurm_start_over",
+    "submitted_job",
 ]
 
 #: PBS job states of a job that ended: finished (history kept), a subjob that ended,
@@ -137,3 +139,43 @@ def _hms(text: str) -> float | None:
     for part in parts:
         seconds = seconds * 60 + int(part)
     return seconds
+
+
+#: The Slurm state of an element whose processes may still run: a requeued element is
+#: COMPLETING (its earlier start's processes being ended) before it is PENDING again.
+_SLURM_ENDING: Final = frozenset({"COMPLETING", "CG"})
+
+
+def slurm_start_over(lines: list[str], restart: int) -> bool | None:
+    """Whether the start ``restart`` of an element is over, by ``squeue -O
+    State,RestartCnt`` lines (``RUNNING 2``): the element was started again since (its
+    restart count is higher) and is no longer ending (the processes of its earlier start
+    are gone: Slurm starts an element again only then). None: a line no parser knows."""
+    over = True
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 2 or not parts[1].isdigit():
+            return None
+        state, count = parts[0], int(parts[1])
+        if count <= restart or state in _SLURM_ENDING:
+            over = False
+    return over
+
+
+def submitted_job(kind: str, out: bytes) -> str | None:
+    """The job id a submission printed: ``sbatch --parsable`` (``JOB`` or
+    ``JOB;CLUSTER``), ``qsub -terse`` of Grid Engine (``JOB``, or ``JOB.1-4:1`` for an
+    array), PBS's ``qsub`` (``JOB.SERVER``). None: no id there."""
+    text = out.decode("utf-8", "replace").strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    last = lines[-1]
+    if kind == "slurm":
+        job = last.split(";", 1)[0]
+        return job if job.isdigit() else None
+    if kind == "sge":
+        job = last.split(".", 1)[0]
+        return job if job.isdigit() else None
+    number = last.split(".", 1)[0].split("[", 1)[0]
+    return last if number.isdigit() else None

@@ -21,6 +21,13 @@ Invariants:
   process group is killed and its pipes are closed unread, so a hung grandchild of a site's
   wrapper script that holds them open is nobody's wait; it is reaped where nobody waits.
   A command still out when this process exits is killed with its group.
+- **A start of an element is told from the element.** A key may name the start
+  (``+RESTART``: Slurm's restart count when the run began): the scheduler's element,
+  started again since (a requeue, a preemption, a node's failure) and no longer ending,
+  says that start is over, while the element itself is queued or running again.
+- **What one job submits is clean of the job it runs in** (:meth:`Backend.job_env`): a
+  successor that inherited ``SLURM_ARRAY_TASK_ID`` or ``JOB_ID`` would take itself for
+  another element, a ``TMPDIR`` of a job that ended would not exist.
 - **The thread that must obey stop signals never waits on a scheduler without end.**
   :meth:`Asker.ask` answers at once (from what is known) and asks in a daemon thread, at
   most one question per job at a time, each answer kept :data:`ANSWER_TTL` seconds;
@@ -45,7 +52,16 @@ from contextlib import contextmanager, suppress
 from typing import Final, Generic, NamedTuple, Protocol, TypeVar
 
 from .._core.stop import current_stopper
-from .schedout import pbs_alive, pbs_end, pbs_fields, sge_end, sge_tasks, slurm_end
+from .schedout import (
+    pbs_alive,
+    pbs_end,
+    pbs_fields,
+    sge_end,
+    sge_tasks,
+    slurm_end,
+    slurm_start_over,
+    submitted_job,
+)
 
 __all__ = [
     "ANSWER_TTL",
@@ -57,6 +73,7 @@ __all__ = [
     "Answer",
     "Asker",
     "Backend",
+    "Errand",
     "GridEngine",
     "JobRef",
     "Slurm",
@@ -140,14 +157,18 @@ def _started(child: subprocess.Popen[bytes] | None) -> None:
 
 
 def run_command(
-    argv: Sequence[str], timeout: float | None = None, *, input: bytes = b""
+    argv: Sequence[str],
+    timeout: float | None = None,
+    *,
+    input: bytes = b"",
+    env: Mapping[str, str] | None = None,
 ) -> Answer | None:
     """Run a scheduler command: its :class:`Answer`; None when it cannot be started or has
     not ended (exited, and both its pipes closed) within ``timeout`` seconds (default
     :data:`COMMAND_TIMEOUT`). Never waits past the deadline for anything; whatever is left
     of the command's process group when this returns is killed. ``input``: what it reads
     on stdin (a job script: no more than a pipe holds, :data:`MAX_INPUT` bytes), else
-    ``/dev/null``."""
+    ``/dev/null``; ``env``: its environment (default: this process's)."""
     if len(input) > MAX_INPUT:
         raise ValueError(f"a scheduler command's input is {len(input)} bytes, over {MAX_INPUT}")
     global _starting
@@ -164,6 +185,7 @@ def run_command(
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own group: killed whole, untouched by ours
             close_fds=True,
+            env=None if env is None else dict(env),
         )
     except OSError:
         _started(None)
@@ -276,19 +298,24 @@ def _exited(pid: int, pidfd: int) -> bool:
 
 # -- naming a job ------------------------------------------------------------------------------
 class JobRef(NamedTuple):
-    """A job as asked about: its cluster ("" when not named), its id and its array element
-    ("" for the whole job)."""
+    """A job as asked about: its cluster ("" when not named), its id, its array element
+    ("" for the whole job) and, when the question is about one start of it, that start's
+    restart count (-1: any start; the job or element as it is now)."""
 
     cluster: str
     job: str
     element: str
+    restart: int = -1
 
 
-def job_key(job: str, element: str = "", cluster: str = "") -> str:
-    """The key of a job for :meth:`Asker.ask`: ``[CLUSTER:]JOB[_ELEMENT]`` ("" without a job)."""
+def job_key(job: str, element: str = "", cluster: str = "", restart: int = -1) -> str:
+    """The key of a job for :meth:`Asker.ask`: ``[CLUSTER:]JOB[_ELEMENT][+RESTART]`` (""
+    without a job); ``+RESTART`` asks whether that start of it is still under way."""
     if not job:
         return ""
     key = f"{job}_{element}" if element else job
+    if restart >= 0:
+        key += f"+{restart}"
     return f"{cluster}:{key}" if cluster else key
 
 
@@ -308,8 +335,9 @@ def parse_job(key: str) -> JobRef:
     cluster, colon, rest = key.partition(":")
     if not colon:
         cluster, rest = "", key
+    rest, plus, restart = rest.rpartition("+") if "+" in rest else (rest, "", "")
     job, _, element = rest.partition("_")
-    return JobRef(cluster, job, element)
+    return JobRef(cluster, job, element, int(restart) if plus and restart.isdigit() else -1)
 
 
 # -- the backends ------------------------------------------------------------------------------
@@ -331,6 +359,27 @@ class Backend(Protocol):
         None when the scheduler does not tell."""
         ...
 
+    def job_script(self, env: Mapping[str, str]) -> tuple[bytes | None, str]:
+        """The script of the job of environment ``env`` as it was submitted (None, and
+        why, when the scheduler does not tell)."""
+        ...
+
+    def job_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` without what this scheduler set for the job it describes (its ids, its
+        array index, its temporary directory): the environment a job it submits starts
+        from."""
+        ...
+
+    def submit(
+        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+    ) -> tuple[str | None, str]:
+        """Submit ``script`` (given on stdin, its array directives dropped: one job) with
+        the environment ``env``, named and placed like the job of environment ``like``
+        (its name, and for Slurm its partition, account, QOS, CPUs and memory: the options
+        a first submission may have given on its command line); the new job's id, or
+        None and the scheduler's message."""
+        ...
+
 
 def _ids_ok(job: JobRef) -> bool:
     return job.job.isdigit() and (job.element == "" or job.element.isdigit())
@@ -345,6 +394,7 @@ class Slurm:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.cluster = env.get("SLURM_CLUSTER_NAME", "")
         self._job = env.get("SLURM_JOB_ID", "")
+        self._no_restarts = False  # this squeue knows no RestartCnt
 
     def alive(self, job: JobRef) -> bool | None:
         if not _ids_ok(job):
@@ -352,18 +402,63 @@ class Slurm:
         ident = f"{job.job}_{job.element}" if job.element else job.job
         other = job.cluster != "" and job.cluster != self.cluster
         where = ["-M", job.cluster] if other else []
-        got = run_command(["squeue", *where, "-h", "-j", ident, "-o", "%T"])
+        starts = job.restart >= 0 and not self._no_restarts
+        # the restart count tells a start of an element from a later one (-O: a squeue
+        # older than that field refuses the format, and is asked as before)
+        form = ["-O", "State,RestartCnt"] if starts else ["-o", "%T"]
+        got = run_command(["squeue", *where, "-h", "-j", ident, *form])
         if got is None:
             return None
         if got.code == 0:
             # a job Slurm no longer lists is neither queued nor running; with -M a line
             # names the cluster before its jobs
             said = got.out.decode("utf-8", "replace").splitlines()
-            return any(s.strip() and not s.startswith("CLUSTER:") for s in said)
+            lines = [s for s in said if s.strip() and not s.startswith("CLUSTER:")]
+            if not lines:
+                return False
+            if starts and len(lines[0].split()) >= 2:
+                over = slurm_start_over(lines, job.restart)
+                return None if over is None else not over
+            return True
+        if starts and b"format" in got.err:
+            self._no_restarts = True
+            return self.alive(job)
         if other:
             return None  # that cluster could not be asked: no word about its job
         # a job Slurm no longer knows at all is not queued or running either
         return False if b"Invalid job id" in got.err else None
+
+    def job_script(self, env: Mapping[str, str]) -> tuple[bytes | None, str]:
+        job = env.get("SLURM_JOB_ID", "")
+        if not job.isdigit():
+            return None, "no Slurm job here (SLURM_JOB_ID is not set)"
+        got = run_command(["scontrol", "write", "batch_script", job, "-"])
+        if got is None:
+            return None, "scontrol write batch_script gave no answer in time"
+        if got.code != 0 or not got.out.startswith(b"#!"):
+            return None, f"scontrol write batch_script {job}: {_said(got)}"
+        return got.out, ""
+
+    def job_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in env.items()
+            if not k.startswith(("SLURM_", "SLURMD_")) or k in _SLURM_KEEP
+        }
+
+    def submit(
+        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+    ) -> tuple[str | None, str]:
+        argv = ["sbatch", "--parsable"]
+        for var, option in _SLURM_CARRY:
+            if like.get(var):
+                argv.append(f"{option}={like[var]}")
+        memory = like.get("SLURM_MEM_PER_NODE") or ""
+        if memory.isdigit():
+            argv.append(f"--mem={memory}M")
+        elif (like.get("SLURM_MEM_PER_CPU") or "").isdigit():
+            argv.append(f"--mem-per-cpu={like['SLURM_MEM_PER_CPU']}M")
+        return _submitted("slurm", argv, single(script, b"#SBATCH", _SLURM_ARRAY), env)
 
     def end(self) -> float | None:
         if not self._job.isdigit():
@@ -424,6 +519,36 @@ class GridEngine:
             return None
         return sge_end(got.out, self._task)
 
+    def job_script(self, env: Mapping[str, str]) -> tuple[bytes | None, str]:
+        path = env.get("JOB_SCRIPT", "")
+        if not path:
+            return None, "no Grid Engine job here (JOB_SCRIPT is not set)"
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_INPUT + 1)
+        except OSError as e:
+            return None, f"cannot read this job's script {path}: {e.strerror}"
+        return data, ""
+
+    def job_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in env.items()
+            if k not in _SGE_JOB_VARS and not k.startswith(("SGE_TASK_", "SGE_O_"))
+        }
+
+    def submit(
+        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+    ) -> tuple[str | None, str]:
+        argv = ["qsub", "-terse"]
+        if like.get("JOB_NAME"):
+            argv += ["-N", like["JOB_NAME"]]
+        # -V in a script exports what qsub is given; these reach the job either way
+        names = [k for k in env if k.startswith("ZOTSINK_")]
+        if names:
+            argv += ["-v", ",".join(names)]
+        return _submitted("sge", argv, single(script, b"#$", _SGE_ARRAY), env)
+
 
 #: A PBS job id as the ledger keeps it: the number, perhaps with its server.
 _PBS_ID: Final = re.compile(r"^[0-9]+(\.[A-Za-z0-9.-]+)?$")
@@ -456,6 +581,104 @@ class PBS:
         if got is None or got.code != 0:
             return None
         return pbs_end(pbs_fields(got.out), time.time())
+
+    def job_script(self, env: Mapping[str, str]) -> tuple[bytes | None, str]:
+        # PBS keeps a job's script in the MOM's spool, which the job cannot read
+        return None, "PBS does not give a job its own script: give --relay-script FILE"
+
+    def job_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in env.items()
+            if not (k.startswith("PBS_") and k not in _PBS_KEEP) and k not in _PBS_JOB_VARS
+        }
+
+    def submit(
+        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+    ) -> tuple[str | None, str]:
+        argv = ["qsub"]
+        if like.get("PBS_JOBNAME"):
+            argv += ["-N", like["PBS_JOBNAME"]]
+        names = [k for k in env if k.startswith("ZOTSINK_")]
+        if names:
+            argv += ["-v", ",".join(names)]
+        return _submitted("pbs", argv, single(script, b"#PBS", _PBS_ARRAY), env)
+
+
+# -- submitting: what a job carries, and what it drops ------------------------------------------
+#: Slurm's variables a job keeps for the client commands it runs (set by the user, not by
+#: the job): the configuration, the clusters asked, the time format.
+_SLURM_KEEP: Final = frozenset({"SLURM_CONF", "SLURM_CLUSTERS", "SLURM_TIME_FORMAT"})
+#: What a Slurm job's environment says of it that its successor is submitted with: a
+#: first submission's command line (``sbatch --cpus-per-task=8 job.sbatch``) is not in
+#: its script.
+_SLURM_CARRY: Final = (
+    ("SLURM_JOB_NAME", "--job-name"),
+    ("SLURM_JOB_PARTITION", "--partition"),
+    ("SLURM_JOB_ACCOUNT", "--account"),
+    ("SLURM_JOB_QOS", "--qos"),
+    ("SLURM_CPUS_PER_TASK", "--cpus-per-task"),
+)
+#: Grid Engine's variables of a job (man sge_intro, qsub's ENVIRONMENTAL VARIABLES), and
+#: the temporary directory it makes and removes with the job.
+_SGE_JOB_VARS: Final = frozenset(
+    {
+        "JOB_ID", "JOB_NAME", "JOB_SCRIPT", "NSLOTS", "NHOSTS", "NQUEUES", "QUEUE", "PE",
+        "PE_HOSTFILE", "RESTARTED", "REQUEST", "ENVIRONMENT", "ARC", "HOSTNAME",
+        "SGE_STDIN_PATH", "SGE_STDOUT_PATH", "SGE_STDERR_PATH", "SGE_JOB_SPOOL_DIR",
+        "SGE_CWD_PATH", "SGE_BINARY_PATH", "SGE_ARCH", "TMPDIR", "TMP",
+    }
+)  # fmt: skip
+#: PBS's client settings a job keeps; the job's own variables besides PBS_* (PBS Pro sets
+#: NCPUS and OMP_NUM_THREADS from its request, and a TMPDIR of its own).
+_PBS_KEEP: Final = frozenset({"PBS_SERVER", "PBS_CONF_FILE", "PBS_EXEC", "PBS_HOME"})
+_PBS_JOB_VARS: Final = frozenset({"NCPUS", "OMP_NUM_THREADS", "TMPDIR", "ENVIRONMENT"})
+#: The array directives of a job script, by scheduler: a successor is one job.
+_SLURM_ARRAY: Final = re.compile(rb"^#SBATCH[ \t]+(--array\b|-a\b|-a\S)")
+_SGE_ARRAY: Final = re.compile(rb"^#\$[ \t]+-t\b")
+_PBS_ARRAY: Final = re.compile(rb"^#PBS[ \t]+-[Jt]\b")
+
+
+def single(script: bytes, prefix: bytes, array: re.Pattern[bytes]) -> bytes:
+    """``script`` without the array directives of its leading block of comments (where a
+    scheduler reads directives: up to the first line that is neither blank nor a
+    comment): one job, not an array of them."""
+    out: list[bytes] = []
+    leading = True
+    for line in script.splitlines(keepends=True):
+        bare = line.strip()
+        if leading and bare and not bare.startswith(b"#"):
+            leading = False
+        if leading and bare.startswith(prefix) and array.match(bare):
+            continue
+        out.append(line)
+    return b"".join(out)
+
+
+def _said(got: Answer) -> str:
+    """A failed command's words: its last line of stderr (else of stdout), or its exit."""
+    for stream in (got.err, got.out):
+        lines = [ln for ln in stream.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1].strip()
+    return f"exit {got.code}, no message"
+
+
+def _submitted(
+    kind: str, argv: list[str], script: bytes, env: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """Run a submission command with ``script`` on stdin: the job id, or None and why."""
+    if len(script) > MAX_INPUT:
+        return None, f"the job script is {len(script)} bytes, over the {MAX_INPUT} submitted"
+    got = run_command(argv, input=script, env=env)
+    if got is None:
+        return None, f"{argv[0]} gave no answer within {COMMAND_TIMEOUT:g} s"
+    if got.code != 0:
+        return None, f"{argv[0]} exited {got.code}: {_said(got)}"
+    job = submitted_job(kind, got.out)
+    if job is None:
+        return None, f"{argv[0]} printed no job id: {_said(got)}"
+    return job, ""
 
 
 def choose(env: Mapping[str, str]) -> Backend | None:
@@ -550,6 +773,46 @@ class _Question(Generic[T]):
             os.close(w)
 
 
+class Errand(Generic[T]):
+    """Work that may take a scheduler command's whole deadline (a submission), done in a
+    daemon thread of its own for a poll loop that must not wait: :meth:`fileno` becomes
+    readable once it is done, and :meth:`result` then holds what it gave (None, and the
+    exception's words, when it raised)."""
+
+    def __init__(self, name: str, work: Callable[[], T]) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        self._answer: T | None = None
+        self._error = ""
+        self.done = threading.Event()
+        threading.Thread(target=self._do, args=(work,), name=f"zotsink-{name}", daemon=True).start()
+
+    def _do(self, work: Callable[[], T]) -> None:
+        try:
+            self._answer = work()
+        except Exception as e:  # what the work did not foresee is its answer, no crash
+            self._error = f"{type(e).__name__}: {e}"
+        finally:
+            self.done.set()
+            # the write end is the thread's own: closed here, never by another, so that
+            # its number is never another file's when the byte is written
+            with suppress(OSError):
+                os.write(self._w, b"!")
+            os.close(self._w)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def result(self) -> tuple[T | None, str]:
+        """What the work gave, and the words of an exception it raised ("")."""
+        return self._answer, self._error
+
+    def close(self) -> None:
+        """Let go of the read end (the thread, if still at work, ends on its own)."""
+        with suppress(OSError):
+            os.close(self._r)
+
+
 def _empty(fd: int) -> None:
     blocking = os.get_blocking(fd)
     os.set_blocking(fd, False)
@@ -570,12 +833,20 @@ class Asker:
         self._fresh: dict[str, tuple[bool | None, float]] = {}  # answers, and when got
         self._last: dict[str, bool | None] = {}  # the latest answer of each job, however old
         self._out: dict[str, _Question[bool | None]] = {}  # questions still out
+        self._asked: dict[str, float] = {}  # when each answer's question was asked (wall)
+        self._sent: dict[str, float] = {}  # when each question out was asked (wall)
 
-    def ask(self, key: str) -> bool | None:
+    def ask(self, key: str, after: float | None = None) -> bool | None:
         """At once: the answer about job ``key`` got within :data:`ANSWER_TTL` seconds;
         else a question is asked (unless one is out already) and the latest answer, however
         old, is given meanwhile (None when there was none). None for "" and where no
-        scheduler is."""
+        scheduler is. ``after`` (``time.time()`` seconds): an answer to a question asked
+        before then does not serve (an element said it ends: is it gone now?); one asked
+        since is given when it comes."""
+        if after is not None:
+            with self._lock:
+                if self._asked.get(key, math.inf) < after and key not in self._out:
+                    self._fresh.pop(key, None)
         return self._look(key)[0]
 
     def wait(self, key: str, timeout: float | None) -> bool | None:
@@ -621,6 +892,7 @@ class Asker:
             if question is None:
                 backend, job = self.backend, parse_job(key)
                 question = self._out[key] = _Question(key, lambda: backend.alive(job))
+                self._sent[key] = time.time()
             return self._last.get(key), question
 
     def _settle(self) -> None:
@@ -630,6 +902,7 @@ class Asker:
                 del self._out[key]
                 self._fresh[key] = question.answer, time.monotonic()
                 self._last[key] = question.answer
+                self._asked[key] = self._sent.pop(key, 0.0)
 
 
 _asker: Asker | None = None

@@ -46,6 +46,7 @@ from .events import (
     Look,
     Looked,
     Placed,
+    RelayChecked,
     Returned,
     Rows,
     Signal,
@@ -55,6 +56,7 @@ from .events import (
     Started,
     StartFailed,
     StopWorkers,
+    Submitted,
     Turn,
     Unloadable,
     WorkerGone,
@@ -64,6 +66,7 @@ from .events import (
 from .failures import alike_key
 from .halting import Halting
 from .queue import Candidate, TaskQueue
+from .relay import Facts, Relay
 from .tasks import Task
 from .usage import UNMEASURED
 
@@ -138,12 +141,14 @@ class RunState:
         queue: TaskQueue,
         *,
         halting: Halting | None = None,
+        relay: Relay | None = None,
         now: float = 0.0,
         signame: Callable[[int], str] = str,
     ) -> None:
         self.plan = plan
         self.queue = queue
         self.halting = halting
+        self.relay = relay  # --relay: the chain's decisions (see .relay)
         self._signame = signame
         self.began = now
         self.now = now
@@ -157,6 +162,7 @@ class RunState:
         # begin rows to write: key -> its process (a call's: its worker's), and since when
         self._begins: dict[Key, tuple[int, str, float]] = {}
         self._releases: list[Key] = []
+        self.left_behind = 0  # tasks given back at a stop, a halt or the deadline
         self._workers: list[tuple[int, str]] = []
         self._claiming = False
         self._looking = False
@@ -208,6 +214,8 @@ class RunState:
             ClaimFailed: self._claim_failed,
             Committed: self._committed,
             Looked: self._looked,
+            RelayChecked: self._relay_checked,
+            Submitted: self._relay_answered,
         }
 
     # -- the one entry point ------------------------------------------------------------------
@@ -238,7 +246,12 @@ class RunState:
         # tasks this run just gave back among them)
         self._flush_rows()
         self._look(now)
-        if self._finished():
+        over = self._finished()
+        if self.relay is not None:
+            # a relay run ends once its chain is told (and its place handed on)
+            out += self.relay.turn(now, self._facts(over))
+            over = over and self.relay.done
+        if over:
             if self.plan.calls:
                 out.append(StopWorkers())
             out.append(Done())
@@ -351,6 +364,7 @@ class RunState:
             return
         if self.queue.stopped:
             self._releases.extend((t.num, att) for t, att, _c in back)
+            self.left_behind += len(back)
         else:
             self.queue.give_back(back)
 
@@ -413,6 +427,37 @@ class RunState:
                 continue
             ends.append(self._end(a, p))
         self._ends.append((ev, ends))
+
+    def _relay_checked(self, ev: RelayChecked) -> None:
+        if self.relay is not None:
+            self._out += self.relay.checked(ev)
+
+    def _relay_answered(self, ev: Submitted) -> None:
+        if self.relay is not None:
+            self._out += self.relay.answered(ev)
+
+    def _facts(self, over: bool) -> Facts:
+        """What the relay is told of this run: tasks it knows wait (found free, claimed and
+        not started), and, once it would end, why."""
+        q = self.queue
+        # what it found free and has not run, what it gave back, what a stop interrupted
+        interrupted = sum(1 for status in self.final.values() if status == "interrupted")
+        waiting = q.pending > 0 or q.claimed_count > 0 or self.left_behind + interrupted > 0
+        if not over:
+            return Facts(q.pending > 0 or q.claimed_count > 0)
+        if self.error is not None:
+            return Facts(waiting, "error")
+        if self.stopped_by_row:
+            return Facts(waiting, "stopped")
+        if self.halted is not None:
+            return Facts(waiting, "halted", self.halted)
+        # a followed list still open, with no --idle to end on: lines are to come
+        kept = q.mode == "follow" and not q.closed and self.plan.idle is None
+        if self.stopping:
+            return Facts(waiting, "signal", open_list=kept)
+        if q.out_of_time:
+            return Facts(waiting, "deadline", open_list=kept)  # the list's lines: checked too
+        return Facts(waiting, "idle" if self.idled_out else "done", given_up=len(q.given_up))
 
     def _looked(self, ev: Looked) -> None:
         self._looking = False
@@ -592,7 +637,9 @@ class RunState:
         while free > 0:
             if self.plan.deadline is not None and now + self._task_time() > self.plan.deadline:
                 self.queue.time_out()  # judged at the begin: it would not finish
-                self._releases.extend((t.num, a) for t, a in self.queue.release())
+                left = self.queue.release()
+                self._releases.extend((t.num, a) for t, a in left)
+                self.left_behind += len(left)
                 break
             claimed = self.queue.next()
             if claimed is None:
@@ -618,6 +665,7 @@ class RunState:
         released = self.queue.release()
         if released:
             self._releases.extend((t.num, a) for t, a in released)
+            self.left_behind += len(released)
 
     def _idle(self) -> bool:
         """Nothing runs: a claim need not wait for a free slot (a function's tasks wait for
@@ -728,4 +776,8 @@ class RunState:
         oldest = self._oldest_begin()
         if oldest is not None:
             due.append(oldest + BEGIN_WITHIN)
+        if self.relay is not None:
+            check = self.relay.wake()
+            if check is not None:
+                due.append(check)
         return min(due) if due else None

@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .._arrays import array_spec, chunk_of, split_spec
 from .._core.fileio import pread_chunks, side_file_problem
 from .._core.snapshot import snapshot
-from .._ledger.format import ledger_time
+from .._ledger.format import iso_time, ledger_time
 from .._ledger.pieces import out_file
 from .._ledger.read import Snapshot
+from .._ledger.relay import Chain
 from .._ledger.view import FAILING, STATES, LedgerView
 from ..errors import UsageError
 from .alive import SCHEDULER_WAIT, Judge, forget_jobs, job_alive, scheduler_wait
 from .failures import FailedTask, end_key
 from .halting import WINDOW_MIN, systematic
 from .logline import log_lines
+from .relay import RETRY_FIRST, RETRY_MOST
 from .runs import LiveRuns, live_runs
 from .settings import recorded_array, recorded_max_attempts
 from .tasks import Task, task_lines
 
 __all__ = [
     "TO_RUN",
+    "ChainStatus",
     "FailingAlike",
     "LedgerMissing",
     "StatusReport",
@@ -52,6 +55,50 @@ class FailingAlike(NamedTuple):
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
+
+
+class ChainStatus(NamedTuple):
+    """A relay chain as ``status`` tells it (``run --relay``, ``add --relay``): its elements
+    by the relay rows, confirmed with the scheduler (``gone``: the rows say queued or
+    running, the scheduler has neither), its submissions, the last one that failed, why it
+    ended; the rows' own words in :class:`~zotsink._ledger.relay.Chain`."""
+
+    chain: Chain
+    running: tuple[str, ...]
+    queued: tuple[str, ...]
+    gone: tuple[str, ...]
+
+    @property
+    def active(self) -> bool:
+        return self.chain.active
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.chain.to_dict()
+        d.update(running=list(self.running), queued=list(self.queued), gone=list(self.gone))
+        retry = self.chain.retry_at(RETRY_FIRST, RETRY_MOST)
+        d["next_try"] = iso_time(retry) if retry else None
+        return d
+
+
+def chain_status(chain: Chain, alive: Callable[[str], bool | None]) -> ChainStatus | None:
+    """The chain of a ledger, its elements asked about (``alive``: the scheduler's word on
+    a job); None for a ledger no relay wrote to."""
+    if not chain.rows:
+        return None
+    running: list[str] = []
+    queued: list[str] = []
+    gone: list[str] = []
+    for job, el in sorted(chain.open().items(), key=lambda kv: kv[1].at):
+        if el.state == "exited":
+            continue
+        said = alive(job) if job else None
+        if said is False:
+            gone.append(job)
+        elif el.state == "running":
+            running.append(job)
+        else:
+            queued.append(job)
+    return ChainStatus(chain, tuple(running), tuple(queued), tuple(gone))
 
 
 class StatusReport(NamedTuple):
@@ -87,6 +134,8 @@ class StatusReport(NamedTuple):
     follow: bool = False
     # the last tasks to end all failed alike: fix the cause before submitting (None: not so)
     failing: FailingAlike | None = None
+    # the relay chain (run --relay, add --relay); None: no relay wrote to the ledger
+    relay: ChainStatus | None = None
 
     @property
     def all_ok(self) -> bool:
@@ -142,6 +191,7 @@ class StatusReport(NamedTuple):
             "failing_alike": None if self.failing is None else self.failing.to_dict(),
             "takers": self.takers,
             "submit": self.submit,
+            "relay": None if self.relay is None else self.relay.to_dict(),
         }
 
     def _nums(self) -> Iterable[int]:
@@ -267,6 +317,7 @@ def task_status(
         )
         pull = (view.settings or {}).get("pull", "")
         runs = live_runs(view, Judge(wait=None))
+        relay = chain_status(view.chain, job_alive)
     total = len(view.keys or ())
     first, last = view.first_time, view.last_time
     span = last - first if view.runs and last > first else 0.0
@@ -296,6 +347,7 @@ def task_status(
         jobs=tuple(jobs),
         follow=pull == "follow",
         failing=failing_alike(view, counts),
+        relay=relay,
     )
 
 

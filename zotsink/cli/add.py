@@ -8,17 +8,47 @@ from collections.abc import Iterable
 
 import click
 
-from ._common import CONTEXT, fail, quiet_option, read_lock_options, run_api, say, sync_option
+from ._common import (
+    CONTEXT,
+    fail,
+    quiet_option,
+    read_lock_options,
+    run_api,
+    say,
+    set_verbosity,
+    sync_option,
+)
 
 
 @click.command("add", context_settings=CONTEXT)
 @click.argument("tasks", type=click.Path(dir_okay=False))
 @click.argument("lines", nargs=-1)
+@click.option(
+    "--relay",
+    "runner",
+    type=click.Path(dir_okay=False),
+    metavar="SCRIPT",
+    help="Then submit the job script SCRIPT (a runner: `zotsink run --follow --relay 1`) "
+    "when no element of the list's chain is queued or running, decided under the "
+    "ledger's lock: the dropbox without cron. Needs --ledger.",
+)
+@click.option(
+    "--ledger",
+    type=click.Path(),
+    help="With --relay: the runs' ledger (OUT.ledger of the runner's OUT).",
+)
 @read_lock_options
 @sync_option
 @quiet_option
 def add_cmd(
-    tasks: str, lines: tuple[str, ...], lock: str, timeout: float, sync: str, quiet: bool
+    tasks: str,
+    lines: tuple[str, ...],
+    runner: str | None,
+    ledger: str | None,
+    lock: str,
+    timeout: float,
+    sync: str,
+    quiet: bool,
 ) -> None:
     """Append LINES, or the lines of stdin, to the task list TASKS as new tasks.
 
@@ -32,10 +62,22 @@ def add_cmd(
     it is an error. A line with a NUL byte or over the length limit is refused,
     and then nothing is added. Nothing is saved elsewhere when TASKS cannot be
     written: add the lines again.
-    Exit codes: 0 added, 1 a line refused (or only blank and # lines), 2 usage,
-    74 I/O error, 75 lock timeout.
+    With --relay SCRIPT --ledger LEDGER, once the lines are in, a runner is
+    submitted (sbatch/qsub SCRIPT) when no element of the list's chain is
+    queued or running: producers restart the chain, no cron needed. Says what
+    it did on stderr; a submission that fails is recorded in the ledger
+    (`zotsink status` shows it) and makes the exit 1.
+    Exit codes: 0 added, 1 a line refused (or only blank and # lines, or the
+    runner's submission failed), 2 usage, 74 I/O error, 75 lock timeout.
     """
-    from .. import Stopper, add_tasks
+    from .. import Stopper, add_tasks, ensure_runner
+
+    set_verbosity(0, quiet)
+    if (runner is None) != (ledger is None):
+        raise click.UsageError(
+            "--relay SCRIPT and --ledger LEDGER go together: the ledger says whether a "
+            "runner is queued or running"
+        )
 
     given: Iterable[bytes]
     if lines:
@@ -53,3 +95,12 @@ def add_cmd(
     if added:
         last = added[-1]
         click.echo(str(last) if len(added) == 1 else f"{added[0]}-{last}")
+    if runner is None or ledger is None or not added:
+        return
+    done = run_api(lambda: ensure_runner(ledger, runner, lock=lock, timeout=timeout))
+    if done.job is not None:
+        say(f"submitted a runner ({runner}): job {done.job}")
+    elif done.elements:
+        say(f"no runner submitted: {done.said}")
+    else:
+        fail(f"the runner's submission failed: {done.said}", 1)

@@ -157,6 +157,28 @@ def _check_dashes(out: str, command: tuple[str, ...]) -> None:
     metavar="SECONDS",
     help="With --deadline: how long a task takes [default: the mean so far].",
 )
+@click.option(
+    "--relay",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --pull, in a batch job: keep N elements of this list's chain queued or "
+    "running while work waits, each run submitting one successor at a time (this job's "
+    "script again, or --relay-script), the last to leave handing its place on; no cron, "
+    "no login-node process. Needs a scheduler that takes submissions from compute nodes.",
+)
+@click.option(
+    "--relay-script",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="With --relay: the job script a successor is [default: this job's own, as the "
+    "scheduler kept it; PBS: required].",
+)
+@click.option(
+    "--max-relays",
+    type=click.IntRange(0),
+    metavar="M",
+    help="With --relay: submit at most M successors in all, then let the chain end.",
+)
 @click.option("--ledger", type=click.Path(), help="The ledger [default: OUT.ledger].")
 @click.option("--log", type=click.Path(), help="The tasks' stderr, one log [default: OUT.log].")
 @record_options
@@ -187,6 +209,9 @@ def run_cmd(
     idle: float | None,
     deadline: str | None,
     task_time: float | None,
+    relay: int | None,
+    relay_script: str | None,
+    max_relays: int | None,
     ledger: str | None,
     log: str | None,
     fmt: str,
@@ -250,6 +275,9 @@ def run_cmd(
                 idle=idle,
                 deadline=deadline,
                 task_time=task_time,
+                relay=relay,
+                relay_script=relay_script,
+                max_relays=max_relays,
                 ledger=ledger,
                 log=log,
                 format=fmt,
@@ -345,6 +373,8 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
         say("tasks left to other runs: they would not end before this job's deadline")
     if r.idled_out:
         say("nothing new to do in the --idle time: the run made way")
+    if r.relay is not None:
+        _relay_lines(r.relay)
     if r.left:
         say(
             f"{_left_text(r.left)} left waiting for a run, none running them: resubmit "
@@ -365,6 +395,18 @@ def _report(tasks: str, out: str, r: RunReport) -> int:
     if code == 0 and r.left:
         return EXIT_LEFT  # no task failed, and some were left: not finished either
     return code
+
+
+def _relay_lines(relay: dict[str, list[str]]) -> None:
+    """What a relay run did about its chain: the successors it submitted, the submissions
+    that failed, and the last thing its checks decided."""
+    jobs = relay["submitted"]
+    if jobs:
+        say(f"relay: submitted {counted(len(jobs), 'successor')}: {', '.join(jobs)}")
+    for message in relay["failures"][-3:]:
+        click.echo(f"zotsink: warning: relay: a submission failed: {message}", err=True)
+    if relay["said"]:
+        say(f"relay: {relay['said'][-1]}")
 
 
 def _left_text(left: tuple[int, ...]) -> str:

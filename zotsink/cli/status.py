@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
-    from .. import Advice, FailedTask, FailureGroup, LiveRuns, StatusReport
+    from .. import Advice, ChainStatus, FailedTask, FailureGroup, LiveRuns, StatusReport
 
 
 @click.command("status", context_settings=CONTEXT)
@@ -353,6 +353,8 @@ def status_lines(report: StatusReport, release: str = "") -> list[str]:
         )
     if report.runs is not None:
         lines += runs_lines(report.runs, follow=report.follow, release=release)
+    if report.relay is not None:
+        lines += relay_lines(report.relay, report.to_run)
     if c["given-up"]:
         from .. import array_spec
 
@@ -447,6 +449,58 @@ def runs_lines(runs: LiveRuns, *, follow: bool = False, release: str = "") -> li
         lines.append(
             f"run {r.id or '-'} ({r.host} pid {r.pid} job {r.job or '-'}): {held}, and "
             f"nothing here can tell whether it lives (ask its scheduler){gone}"
+        )
+    return lines
+
+
+def relay_lines(relay: ChainStatus, to_run: int) -> list[str]:
+    """The relay chain in words: its elements, its submissions, a failure, its end."""
+    d = relay.to_dict()
+    lines = []
+    if d["active"]:
+        parts = []
+        if relay.running:
+            parts.append(f"{len(relay.running)} running ({', '.join(relay.running)})")
+        if relay.queued:
+            parts.append(f"{len(relay.queued)} queued ({', '.join(relay.queued)})")
+        if d["submitting"]:
+            parts.append(f"{d['submitting']} being submitted")
+        limits = f" --relay {d['n']}" if d["n"] else ""
+        if d["max_relays"] is not None:
+            limits += f", --max-relays {d['max_relays']}"
+        made = counted(d["submitted"], "successor")
+        head = f"relay chain ({limits.strip()})" if limits else "relay chain"
+        lines.append(f"{head}: {', '.join(parts) or 'no element'}; {made} submitted by it")
+    last = d["last_submission"]
+    if last is not None:
+        lines.append(f"relay: last submission {last['job']} at {last['time']}")
+    failed = d["last_failure"]
+    if failed is not None and d["failures_in_row"]:
+        retry = d["next_try"]
+        when = f"; the next try not before {retry}" if retry and d["active"] else ""
+        lines.append(
+            f"relay: the last submission failed at {failed['time']} "
+            f"({counted(d['failures_in_row'], 'failure')} in a row): {failed['message']}{when}"
+        )
+    if relay.gone:
+        lines.append(
+            f"relay: {', '.join(relay.gone)} no longer queued or running, with no word in "
+            "the ledger (killed? cancelled?)"
+        )
+    ended = d["ended"]
+    if ended is not None:
+        lines.append(f"relay chain ended at {ended['time']}: {ended['reason']}: {ended['words']}")
+    elif d["active"] and to_run and not (relay.running or relay.queued or d["submitting"]):
+        lines.append(
+            f"relay: {counted(to_run, 'task')} wait and no element of the chain is queued or "
+            "running: its last one ended without handing on; submit one again (or `zotsink "
+            "add --relay SCRIPT`)"
+        )
+    refused = d["refused"]
+    if refused is not None:
+        lines.append(
+            f"relay: a run was refused at {refused['time']} (job {refused['job'] or '-'}): "
+            f"{refused['message']}"
         )
     return lines
 
