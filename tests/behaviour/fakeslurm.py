@@ -5,14 +5,16 @@ local processes.
 - ``sbatch [--parsable] [OPTION ...] [SCRIPT]`` (the script on stdin when not named)
   notes the call (its time, argv, environment and script) in ``submits.jsonl``, then does
   what ``sbatch.mode`` says: ``ok``, ``fail N`` (the next N calls fail, saying so on
-  stderr, exit 1), ``slow S`` (answer after S seconds), ``hold`` (jobs wait in the queue
-  until ``release`` exists). A job runs its script with ``bash`` in a session of its own,
+  stderr, exit 1), ``slow S`` (answer after S seconds). With a file ``hold`` holding K,
+  the jobs after the first K wait in the queue until ``release`` exists. A job runs its
+  script with ``bash`` in a session of its own,
   in sbatch's directory, with sbatch's environment and ``SLURM_JOB_ID``,
   ``SLURM_CLUSTER_NAME=fake``, ``SLURM_JOB_NAME`` (``--array=I`` gives it an array index
   too, as an element); ``jobs/ID`` holds its state (``PENDING``, ``RUNNING``,
   ``COMPLETED``, ``CANCELLED``), its pid, its restarts.
 - ``squeue -h -j ID -o %T`` / ``-O State,RestartCnt`` / ``-o %e``: its state while
-  pending or running, nothing once ended, "Invalid job id" for an id it never gave.
+  pending or running, nothing once ended, "Invalid job id" for an id it never gave;
+  ``squeue -h -u USER -n NAME -o %i``: the ids of the jobs of that name pending or running.
 - ``scontrol write batch_script ID -``: the script as submitted.
 - ``scancel ID``: the job's process group gets SIGTERM (SIGKILL after 5 s).
 
@@ -122,6 +124,11 @@ def sbatch(state: str, args: list[str]) -> int:
             script = f.read()
     else:
         script = sys.stdin.buffer.read()
+    for line in script.decode("utf-8", "replace").splitlines()[1:]:
+        if not line.startswith("#"):
+            break  # Slurm reads directives up to the first command
+        if line.startswith("#SBATCH --job-name="):
+            opts.setdefault("job-name", line.split("=", 1)[1].strip())
     mode = _mode(state)
     with open(os.path.join(state, "submits.jsonl"), "a") as f:
         f.write(
@@ -146,7 +153,12 @@ def sbatch(state: str, args: list[str]) -> int:
     with open(os.path.join(state, "jobs", f"{job}.script"), "wb") as f:
         f.write(script)
     name = opts.get("job-name", "sbatch")
-    _write_job(state, job, state="PENDING", restarts=0, name=name, submitted=time.time())
+    held = False
+    hold = os.path.join(state, "hold")
+    if os.path.exists(hold):  # the jobs after the first K wait until `release` exists
+        with open(hold) as f:
+            held = int(job) - 100 >= int(f.read().strip() or "0")
+    _write_job(state, job, state="PENDING", restarts=0, name=name, submitted=time.time(), held=held)
     env = dict(os.environ)
     env.update(SLURM_JOB_ID=job, SLURM_CLUSTER_NAME="fake", SLURM_JOB_NAME=name)
     if "array" in opts:
@@ -171,7 +183,7 @@ def sbatch(state: str, args: list[str]) -> int:
 
 def run_job(state: str, job: str) -> int:
     """The job's life: wait while held, run the script, note its end."""
-    while os.path.exists(os.path.join(state, "hold")) and not os.path.exists(
+    while (_read_job(state, job) or {}).get("held") and not os.path.exists(
         os.path.join(state, "release")
     ):
         time.sleep(0.05)
@@ -196,14 +208,24 @@ def run_job(state: str, job: str) -> int:
 
 
 def squeue(state: str, args: list[str]) -> int:
-    job = ""
+    job = name = ""
     fmt = "%T"
     it = iter(args)
     for a in it:
         if a == "-j":
             job = next(it)
+        elif a == "-n":
+            name = next(it)
+        elif a == "-u":
+            next(it)
         elif a in ("-o", "-O"):
             fmt = next(it)
+    if name:  # -n NAME -o %i: the jobs of that name pending or running
+        for j in sorted(os.listdir(os.path.join(state, "jobs"))):
+            info = _read_job(state, j) if "." not in j else None
+            if info and info.get("name") == name and info.get("state") in ("PENDING", "RUNNING"):
+                print(j)
+        return 0
     info = _read_job(state, job.split("_")[0])
     if info is None:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)

@@ -162,13 +162,15 @@ def run_command(
     *,
     input: bytes = b"",
     env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
 ) -> Answer | None:
     """Run a scheduler command: its :class:`Answer`; None when it cannot be started or has
     not ended (exited, and both its pipes closed) within ``timeout`` seconds (default
     :data:`COMMAND_TIMEOUT`). Never waits past the deadline for anything; whatever is left
     of the command's process group when this returns is killed. ``input``: what it reads
     on stdin (a job script: no more than a pipe holds, :data:`MAX_INPUT` bytes), else
-    ``/dev/null``; ``env``: its environment (default: this process's)."""
+    ``/dev/null``; ``env``, ``cwd``: its environment and directory (default: this
+    process's)."""
     if len(input) > MAX_INPUT:
         raise ValueError(f"a scheduler command's input is {len(input)} bytes, over {MAX_INPUT}")
     global _starting
@@ -186,6 +188,7 @@ def run_command(
             start_new_session=True,  # its own group: killed whole, untouched by ours
             close_fds=True,
             env=None if env is None else dict(env),
+            cwd=cwd,
         )
     except OSError:
         _started(None)
@@ -348,6 +351,8 @@ class Backend(Protocol):
     name: str
     #: The cluster this process's job belongs to; "" when its environment does not say.
     cluster: str
+    #: Whether the environment it was chosen from is a job of this scheduler.
+    in_job: bool
 
     def alive(self, job: JobRef) -> bool | None:
         """Whether the scheduler still has ``job`` (an array element when it names one)
@@ -371,10 +376,15 @@ class Backend(Protocol):
         ...
 
     def submit(
-        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+        self,
+        script: bytes,
+        env: Mapping[str, str],
+        like: Mapping[str, str],
+        cwd: str | None = None,
     ) -> tuple[str | None, str]:
         """Submit ``script`` (given on stdin, its array directives dropped: one job) with
-        the environment ``env``, named and placed like the job of environment ``like``
+        the environment ``env``, from directory ``cwd`` (the job's working directory;
+        default: this process's), named and placed like the job of environment ``like``
         (its name, and for Slurm its partition, account, QOS, CPUs and memory: the options
         a first submission may have given on its command line); the new job's id, or
         None and the scheduler's message."""
@@ -394,6 +404,7 @@ class Slurm:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.cluster = env.get("SLURM_CLUSTER_NAME", "")
         self._job = env.get("SLURM_JOB_ID", "")
+        self.in_job = bool(self._job)
         self._no_restarts = False  # this squeue knows no RestartCnt
 
     def alive(self, job: JobRef) -> bool | None:
@@ -447,7 +458,11 @@ class Slurm:
         }
 
     def submit(
-        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+        self,
+        script: bytes,
+        env: Mapping[str, str],
+        like: Mapping[str, str],
+        cwd: str | None = None,
     ) -> tuple[str | None, str]:
         argv = ["sbatch", "--parsable"]
         for var, option in _SLURM_CARRY:
@@ -458,7 +473,7 @@ class Slurm:
             argv.append(f"--mem={memory}M")
         elif (like.get("SLURM_MEM_PER_CPU") or "").isdigit():
             argv.append(f"--mem-per-cpu={like['SLURM_MEM_PER_CPU']}M")
-        return _submitted("slurm", argv, single(script, b"#SBATCH", _SLURM_ARRAY), env)
+        return _submitted("slurm", argv, single(script, b"#SBATCH", _SLURM_ARRAY), env, cwd)
 
     def end(self) -> float | None:
         if not self._job.isdigit():
@@ -479,6 +494,7 @@ class GridEngine:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.cluster = env.get("SGE_CLUSTER_NAME") or env.get("SGE_CELL", "")
         self._job = env.get("JOB_ID", "")
+        self.in_job = bool(self._job)
         task = env.get("SGE_TASK_ID", "")
         self._task = task if task.isdigit() else "1"  # "undefined" outside an array
         self._lock = threading.Lock()
@@ -538,7 +554,11 @@ class GridEngine:
         }
 
     def submit(
-        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+        self,
+        script: bytes,
+        env: Mapping[str, str],
+        like: Mapping[str, str],
+        cwd: str | None = None,
     ) -> tuple[str | None, str]:
         argv = ["qsub", "-terse"]
         if like.get("JOB_NAME"):
@@ -547,7 +567,7 @@ class GridEngine:
         names = [k for k in env if k.startswith("ZOTSINK_")]
         if names:
             argv += ["-v", ",".join(names)]
-        return _submitted("sge", argv, single(script, b"#$", _SGE_ARRAY), env)
+        return _submitted("sge", argv, single(script, b"#$", _SGE_ARRAY), env, cwd)
 
 
 #: A PBS job id as the ledger keeps it: the number, perhaps with its server.
@@ -562,6 +582,7 @@ class PBS:
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self._job = env.get("PBS_JOBID", "")
+        self.in_job = bool(self._job)
         server = self._job.partition(".")[2]
         self.cluster = server or env.get("PBS_SERVER", "")
 
@@ -594,7 +615,11 @@ class PBS:
         }
 
     def submit(
-        self, script: bytes, env: Mapping[str, str], like: Mapping[str, str]
+        self,
+        script: bytes,
+        env: Mapping[str, str],
+        like: Mapping[str, str],
+        cwd: str | None = None,
     ) -> tuple[str | None, str]:
         argv = ["qsub"]
         if like.get("PBS_JOBNAME"):
@@ -602,7 +627,7 @@ class PBS:
         names = [k for k in env if k.startswith("ZOTSINK_")]
         if names:
             argv += ["-v", ",".join(names)]
-        return _submitted("pbs", argv, single(script, b"#PBS", _PBS_ARRAY), env)
+        return _submitted("pbs", argv, single(script, b"#PBS", _PBS_ARRAY), env, cwd)
 
 
 # -- submitting: what a job carries, and what it drops ------------------------------------------
@@ -665,12 +690,12 @@ def _said(got: Answer) -> str:
 
 
 def _submitted(
-    kind: str, argv: list[str], script: bytes, env: Mapping[str, str]
+    kind: str, argv: list[str], script: bytes, env: Mapping[str, str], cwd: str | None
 ) -> tuple[str | None, str]:
     """Run a submission command with ``script`` on stdin: the job id, or None and why."""
     if len(script) > MAX_INPUT:
         return None, f"the job script is {len(script)} bytes, over the {MAX_INPUT} submitted"
-    got = run_command(argv, input=script, env=env)
+    got = run_command(argv, input=script, env=env, cwd=cwd)
     if got is None:
         return None, f"{argv[0]} gave no answer within {COMMAND_TIMEOUT:g} s"
     if got.code != 0:
@@ -768,7 +793,9 @@ class _Question(Generic[T]):
             return True
         finally:
             with self._lock:
-                self._wakers.remove(w)
+                # an answer that came before the waker was put in left none to take out
+                if w in self._wakers:
+                    self._wakers.remove(w)
             os.close(r)
             os.close(w)
 

@@ -67,6 +67,11 @@ def relay_backend(env: Mapping[str, str], script: str | None) -> Backend:
         raise UsageError(
             "--relay under PBS needs --relay-script FILE: PBS does not give a job its own script"
         )
+    if script is None and not backend.in_job:
+        raise UsageError(
+            f"--relay submits this job's script again, and this run is in no {backend.name} "
+            "job: give --relay-script FILE (the job script a successor is)"
+        )
     return backend
 
 
@@ -236,7 +241,9 @@ def ensure_runner(
     lock with a ``decide`` row, then its job id or the scheduler's message written. The
     scheduler is asked about the elements the rows name before the lock is taken (within
     ``wait_scheduler`` seconds in all; one it has not answered about counts as queued or
-    running); the ledger is made when missing."""
+    running); the ledger is made when missing. The runner is submitted from the ledger's
+    directory (its working directory there), with this process's environment less what a
+    scheduler set for a job this process may be in."""
     env = dict(os.environ if env is None else env)
     path, script_path = os.fspath(ledger), os.path.abspath(os.fspath(script))
     backend = relay_backend(env, script_path)
@@ -292,7 +299,10 @@ def ensure_runner(
     takers = counted[-1]
     if takers:
         return RunnerOutcome(takers, None, f"{takers} element(s) queued or running take it")
-    job, message = backend.submit(data, successor_env(env, backend, f"{run}.1"), {})
+    # from the ledger's directory: a producer adds from anywhere, and the runner's work is
+    # where its list and ledger are
+    here = os.path.dirname(os.path.abspath(path))
+    job, message = backend.submit(data, successor_env(env, backend, f"{run}.1"), {}, here)
     if job is not None:
         job = qualified_job(job, env)
         row = relay_fields("job", ticket="1", job=job)
