@@ -324,7 +324,6 @@ def _run(o: RunOptions) -> RunReport:
     return _report(o, selected, queue, pool, ledger, max_attempts, ending, relay)
 
 
-
 #: ``--max-attempts`` of a relay run when neither given nor recorded: a task that fails
 #: alike in every element is given up, and is no work that keeps the chain alive.
 RELAY_MAX_ATTEMPTS: Final = 3
