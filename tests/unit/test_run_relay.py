@@ -24,6 +24,7 @@ from zotsink._run.relay import (
     RelayPlan,
     Verdict,
     decide,
+    quiet,
     relay_lead,
 )
 from zotsink._run.state import Plan, RunState
@@ -50,16 +51,18 @@ def plan(n: int = 3, me: str = "c:1", max_relays: int | None = None) -> RelayPla
 
 
 class Scheduler:
-    """The scheduler's word on jobs: queued or running unless said otherwise; the
-    questions it was asked, with their ``after``."""
+    """The word on jobs: queued or running unless said gone (or, for ``unsure`` ones, no
+    word yet); the questions it was asked, with their ``after`` and ``by_rows``."""
 
-    def __init__(self, gone: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-        self.gone = set(gone)
-        self.asked: list[tuple[str, float | None]] = []
+    def __init__(self, gone: set[str] = frozenset(), unsure: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.gone, self.unsure = set(gone), set(unsure)
+        self.asked: list[tuple[str, float, bool]] = []
 
-    def __call__(self, job: str, after: float | None) -> bool | None:
-        self.asked.append((job, after))
-        return job not in self.gone
+    def __call__(self, job: str, after: float, by_rows: bool) -> bool | None:
+        self.asked.append((job, after, by_rows))
+        if job in self.gone:
+            return False
+        return None if job in self.unsure else True
 
 
 def run_decide(chain: Chain, p: RelayPlan, facts: Facts, **kw: Any) -> Verdict:
@@ -109,7 +112,32 @@ def test_an_element_that_exits_counts_until_the_scheduler_asked_afresh_lets_it_g
     asked = Scheduler()
     v = run_decide(chain, plan(), Facts(False), alive=asked)
     assert v.ticket is None and v.count == 3  # shown still: no fourth
-    assert ("c:3", 50.0) in asked.asked  # an answer to a question after its exit row
+    assert ("c:3", 50.0, False) in asked.asked  # the scheduler's word after its exit row
+    # the others: a row of their runs, or a word, newer than quiet() seconds ago
+    assert ("c:2", 100.0 - quiet(3), True) in asked.asked
+
+
+def test_a_run_that_ends_asks_before_it_trusts_the_others_to_carry_on() -> None:
+    chain = chain_of(joined("c:1", "me"), joined("c:2", "r2"))
+    # no word on c:2 newer than the moment this run began to end: it asks, and waits
+    v = run_decide(
+        chain, plan(), Facts(True, "deadline"), alive=Scheduler(unsure={"c:2"}), waited=1.0
+    )
+    assert not v.done and v.next == CHECK_EVERY and whats(v) == ["exit"]
+    asked = Scheduler({"c:2"})
+    v = run_decide(chain, plan(), Facts(True, "deadline"), exited=True, alive=asked, waited=2.0)
+    assert whats(v) == ["gone", "decide"] and v.rows[1][4] == "handoff"  # killed: hand on
+    assert asked.asked == [("c:2", 98.0, True)]  # a word newer than its end began
+    # a scheduler that never answers: it trusts the rows after a while
+    v = run_decide(
+        chain,
+        plan(),
+        Facts(True, "deadline"),
+        alive=Scheduler(unsure={"c:2"}),
+        exited=True,
+        waited=HANDOFF_WAIT,
+    )
+    assert v.done and v.ticket is None
 
 
 def test_no_work_no_successor_and_a_stop_or_max_relays_none_either() -> None:

@@ -239,7 +239,7 @@ def test_an_errand_is_done_in_a_thread_and_tells_a_poll_loop() -> None:
     bad.close()
 
 
-def test_an_answer_asked_before_an_exit_does_not_serve(
+def test_a_word_newer_than_an_event_is_waited_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh: None
 ) -> None:
     where = stand_in(tmp_path, monkeypatch, squeue=f"/bin/cat {tmp_path}/answer\n")
@@ -249,11 +249,12 @@ def test_an_answer_asked_before_an_exit_does_not_serve(
     exited = time.time()
     (where / "answer").write_text("")
     assert asker.ask("77") is True  # the answer serves its while
-    assert asker.ask("77", after=exited) is True  # asked again; the old one meanwhile
+    assert asker.since("77", exited) is None  # asked before the exit: no word yet
     deadline = time.monotonic() + 5
     while asker.pending() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert asker.ask("77", after=exited) is False
+    assert asker.since("77", exited) is False
+    assert asker.since("77", time.time() + 60) is False  # gone is gone, however old the word
     assert len((where / "squeue.argv").read_text().splitlines()) == 2
 
 

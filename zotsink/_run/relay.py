@@ -9,16 +9,19 @@ other run's rows read), so that two runs never fill one place and never more tha
 elements are queued or running:
 
 - **count**: the elements the rows say are queued, running or just exited (confirmed with
-  the scheduler: one it no longer has is ``gone``, and one that said it exits counts until
-  the scheduler, asked afresh, no longer shows it), this run's own, and the submissions
-  decided and not yet answered;
+  the scheduler: one it no longer has is ``gone``; one whose run has written no row for a
+  while is asked about afresh, so that an element killed without a word is seen within
+  :func:`quiet` seconds; one that said it exits counts until the scheduler, asked after
+  that, no longer shows it), this run's own, and the submissions decided and not yet
+  answered;
 - **fill**: while this run lives and work waits (lines past the cursor, tasks it found
   free) and the count is below N, one successor is decided (a ``decide`` row, naming the
   count it saw), then submitted outside the lock, then its job id or the scheduler's
   message written (``job`` or ``fail``). After a failure the next try waits
   (:data:`RETRY_FIRST`, doubling, at most :data:`RETRY_MOST`), for the whole chain;
 - **leave**: a run that ends writes ``exit``. When other elements stay (running, queued,
-  or being submitted), they carry on; the last one to leave with work left (its deadline
+  or being submitted, each known alive by a row or an answer newer than the moment this
+  run began to end), they carry on; the last one to leave with work left (its deadline
   came, a signal, a followed list still open) hands its place on: it waits until the
   scheduler shows fewer than N (its own element counted), then submits; alone in the
   chain it submits at once (N = 1: its successor is queued in its last moments). With no
@@ -48,6 +51,8 @@ __all__ = [
     "LEAD_LEAST",
     "LEAD_MOST",
     "LEAD_SHARE",
+    "QUIET_LEAST",
+    "QUIET_PER",
     "RETRY_FIRST",
     "RETRY_MOST",
     "TICKET_TTL",
@@ -56,6 +61,7 @@ __all__ = [
     "RelayPlan",
     "Verdict",
     "decide",
+    "quiet",
     "relay_lead",
 ]
 
@@ -77,11 +83,21 @@ TICKET_TTL: Final = 120.0
 #: before it submits all the same, and after which it gives up when submissions fail.
 HANDOFF_WAIT: Final = 60.0
 HANDOFF_GIVE_UP: Final = 300.0
+#: Seconds without a row of an element's run after which its life is asked of the
+#: scheduler afresh, at least QUIET_LEAST, QUIET_PER for each place of the chain (each run
+#: asks about each element: the questions grow with N x N, their pace with N).
+QUIET_LEAST: Final = 5.0
+QUIET_PER: Final = 2.0
 #: A relay run whose deadline is its job's end stops starting tasks this share of its time
 #: earlier, at least LEAD_LEAST and at most LEAD_MOST seconds (see relay_lead).
 LEAD_SHARE: Final = 0.05
 LEAD_LEAST: Final = 5.0
 LEAD_MOST: Final = 120.0
+
+
+def quiet(n: int) -> float:
+    """Seconds an element of a chain of ``n`` may write no row before it is asked about."""
+    return max(QUIET_LEAST, QUIET_PER * n)
 
 
 def relay_lead(left: float) -> float:
@@ -136,35 +152,42 @@ def decide(
     *,
     ticket: str,
     now: float,
-    alive: Callable[[str, float | None], bool | None],
+    alive: Callable[[str, float, bool], bool | None],
     list_waiting: bool,
     stopped: bool,
     exited: bool,
     waited: float = 0.0,
 ) -> Verdict:
     """The chain's rule (see the module's docstring), under the ledger's lock: ``chain``
-    folded up to the last row, ``now`` (seconds since the epoch), ``alive(job, after)``
-    the scheduler's word on a job (an answer to a question asked after ``after``; None:
-    cannot tell, which counts as queued or running), ``list_waiting``: whole lines past the
-    cursor, ``stopped``: ``zotsink stop`` told this run to stop, ``exited``: its ``exit``
-    row is written, ``waited``: seconds since it began to end."""
+    folded up to the last row, ``now`` (seconds since the epoch), ``alive(job, after,
+    by_rows)`` the word on a job newer than ``after`` (a row its run wrote since, when
+    ``by_rows``; else the scheduler's answer to a question asked since; None: no such word
+    yet, or none can be had, which counts as queued or running), ``list_waiting``: whole
+    lines past the cursor, ``stopped``: ``zotsink stop`` told this run to stop,
+    ``exited``: its ``exit`` row is written, ``waited``: seconds since it began to end."""
     rows: list[list[str]] = []
     ending = facts.ending is not None
     if ending and not exited and plan.me:
         rows.append(relay_fields("exit", job=plan.me))
     count = 1 if plan.me else 0  # this run's element, while it runs or ends
     staying = 0  # elements other than this one that carry on: running, queued, submitted
+    unsure = 0  # ... of which no word newer than this run's end has come yet
+    fresh = now - waited if ending else now - quiet(plan.n)
     for job, el in chain.open().items():
         if job == plan.me:
             continue
-        said = alive(job, el.time if el.state == "exited" else None)
+        # one that said it ends is gone only by the scheduler's word
+        ended = el.state == "exited"
+        said = alive(job, el.time, False) if ended else alive(job, fresh, True)
         if said is False:
             rows.append(relay_fields("gone", job=job))
             continue
         if not job and el.state == "exited":
             continue  # a run outside a job: nobody to ask, and it said it ends
         count += 1
-        staying += el.state != "exited"
+        if el.state != "exited":
+            staying += 1
+            unsure += said is None
     pending = chain.pending(now, TICKET_TTL)
     count += len(pending)
     staying += len(pending)
@@ -198,6 +221,9 @@ def decide(
         return submit("fill")
 
     # this run ends
+    if unsure and waited < HANDOFF_WAIT:
+        # an element killed without a word would leave nobody to hand on: ask first
+        return verdict(CHECK_EVERY, "asking the scheduler whether the others carry on")
     if staying:
         return verdict(None, f"{staying} other element(s) carry on", done=True)
     reason = _end_reason(facts, stopped=stopped, full=full, waiting=waiting)

@@ -793,9 +793,7 @@ class _Question(Generic[T]):
             return True
         finally:
             with self._lock:
-                # an answer that came before the waker was put in left none to take out
-                if w in self._wakers:
-                    self._wakers.remove(w)
+                self._wakers.remove(w)
             os.close(r)
             os.close(w)
 
@@ -863,18 +861,31 @@ class Asker:
         self._asked: dict[str, float] = {}  # when each answer's question was asked (wall)
         self._sent: dict[str, float] = {}  # when each question out was asked (wall)
 
-    def ask(self, key: str, after: float | None = None) -> bool | None:
+    def ask(self, key: str) -> bool | None:
         """At once: the answer about job ``key`` got within :data:`ANSWER_TTL` seconds;
         else a question is asked (unless one is out already) and the latest answer, however
         old, is given meanwhile (None when there was none). None for "" and where no
-        scheduler is. ``after`` (``time.time()`` seconds): an answer to a question asked
-        before then does not serve (an element said it ends: is it gone now?); one asked
-        since is given when it comes."""
-        if after is not None:
-            with self._lock:
-                if self._asked.get(key, math.inf) < after and key not in self._out:
-                    self._fresh.pop(key, None)
+        scheduler is."""
         return self._look(key)[0]
+
+    def since(self, key: str, after: float) -> bool | None:
+        """At once: the answer about job ``key`` to a question asked at ``after``
+        (``time.time()`` seconds) or later, whatever its age; else None, and a question is
+        asked (unless one is out already). A job the scheduler once said it no longer has
+        is gone for good: False, however old that answer. For a decision that needs a word
+        newer than an event (an element said it exits: is it gone now?)."""
+        if not key or self.backend is None:
+            return None
+        with self._lock:
+            self._settle()
+            last = self._last.get(key, None)
+            if key in self._last and (last is False or self._asked.get(key, -math.inf) >= after):
+                return last
+            if key not in self._out:
+                backend, job = self.backend, parse_job(key)
+                self._out[key] = _Question(key, lambda: backend.alive(job))
+                self._sent[key] = time.time()
+            return None
 
     def wait(self, key: str, timeout: float | None) -> bool | None:
         """The answer about job ``key``, waiting for it at most ``timeout`` seconds (None:
