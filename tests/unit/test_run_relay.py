@@ -112,7 +112,8 @@ def test_an_element_that_exits_counts_until_the_scheduler_asked_afresh_lets_it_g
     asked = Scheduler()
     v = run_decide(chain, plan(), Facts(False), alive=asked)
     assert v.ticket is None and v.count == 3  # shown still: no fourth
-    assert ("c:3", 50.0, False) in asked.asked  # the scheduler's word after its exit row
+    # the scheduler's word after its exit row, and no older than a check
+    assert ("c:3", 100.0 - CHECK_EVERY, False) in asked.asked
     # the others: a row of their runs, or a word, newer than quiet() seconds ago
     assert ("c:2", 100.0 - quiet(3), True) in asked.asked
 
@@ -126,7 +127,7 @@ def test_a_run_that_ends_asks_before_it_trusts_the_others_to_carry_on() -> None:
     assert not v.done and v.next == CHECK_EVERY and whats(v) == ["exit"]
     asked = Scheduler({"c:2"})
     v = run_decide(chain, plan(), Facts(True, "deadline"), exited=True, alive=asked, waited=2.0)
-    assert whats(v) == ["gone", "decide"] and v.rows[1][4] == "handoff"  # killed: hand on
+    assert whats(v) == ["gone", "handoff", "decide"] and v.rows[2][4] == "handoff"  # killed
     assert asked.asked == [("c:2", 98.0, True)]  # a word newer than its end began
     # a scheduler that never answers: it trusts the rows after a while
     v = run_decide(
@@ -183,21 +184,42 @@ def test_a_run_that_leaves_while_others_stay_writes_exit_only() -> None:
 
 def test_the_last_to_leave_with_work_left_hands_its_place_on() -> None:
     chain = chain_of(joined("c:1", "me"), joined("c:2", "r2"), ("exit", "r2", 5.0, {"job": "c:2"}))
-    # the other left too, and the scheduler still shows it: with N = 2, no place yet
+    # the other left too, and the scheduler still shows it: with N = 2, no place yet; this
+    # run holds the handoff (the others leaving leave it to it)
     v = run_decide(chain, plan(n=2), Facts(True, "deadline"))
-    assert whats(v) == ["exit"] and not v.done and v.next == CHECK_EVERY
+    assert whats(v) == ["exit", "handoff"] and not v.done and v.next == CHECK_EVERY
     # it is gone now: the place is handed on
-    v = run_decide(chain, plan(n=2), Facts(True, "deadline"), exited=True, alive=Scheduler({"c:2"}))
+    held = chain_of(
+        joined("c:1", "me"),
+        joined("c:2", "r2"),
+        ("exit", "r2", 5.0, {"job": "c:2"}),
+        ("handoff", "me", 6.0, {"job": "c:1"}),
+    )
+    v = run_decide(held, plan(n=2), Facts(True, "deadline"), exited=True, alive=Scheduler({"c:2"}))
     assert whats(v) == ["gone", "decide"] and v.rows[1][4] == "handoff" and v.ticket == "1"
     # with N = 3 there is a place at once
     v = run_decide(chain, plan(n=3), Facts(True, "deadline"))
-    assert whats(v) == ["exit", "decide"]
+    assert whats(v) == ["exit", "handoff", "decide"]
+
+
+def test_when_one_element_hands_on_the_others_leaving_leave_it_to_it() -> None:
+    chain = chain_of(
+        joined("c:1", "me"),
+        joined("c:2", "r2"),
+        ("exit", "r2", 5.0, {"job": "c:2"}),
+        ("handoff", "r2", 5.0, {"job": "c:2"}),
+    )
+    v = run_decide(chain, plan(n=2), Facts(True, "deadline"))
+    assert whats(v) == ["exit"] and v.done and "c:2 hands on" in v.words
+    # unless the scheduler says the holder is gone: then this run holds it
+    v = run_decide(chain, plan(n=2), Facts(True, "deadline"), alive=Scheduler({"c:2"}))
+    assert whats(v) == ["exit", "gone", "handoff", "decide"]
 
 
 def test_alone_with_n_one_the_last_element_submits_at_once() -> None:
     chain = chain_of(joined("c:1", "me", n=1))
     v = run_decide(chain, plan(n=1), Facts(True, "deadline"))
-    assert whats(v) == ["exit", "decide"] and v.count == 1
+    assert whats(v) == ["exit", "handoff", "decide"] and v.count == 1
 
 
 def test_a_handoff_waits_no_longer_than_its_bound() -> None:
@@ -224,10 +246,10 @@ def test_the_last_to_leave_says_why_the_chain_ends() -> None:
         assert v.rows[1][4].startswith(f"{reason}: "), (facts, v.rows)
     # work waits in the list (a line added as it left): handed on, not ended
     v = run_decide(one, plan(), Facts(False, "idle"), list_waiting=True)
-    assert whats(v) == ["exit", "decide"]
+    assert whats(v) == ["exit", "handoff", "decide"]
     # a followed list still open with no --idle: lines to come, the chain stays allocated
     v = run_decide(one, plan(), Facts(False, "deadline", open_list=True), list_waiting=False)
-    assert whats(v) == ["exit", "decide"]
+    assert whats(v) == ["exit", "handoff", "decide"]
 
 
 def test_submissions_that_keep_failing_at_the_handoff_break_the_chain_and_say_so() -> None:
@@ -300,6 +322,14 @@ def test_relay_at_the_end_checks_at_once_and_is_done_when_told() -> None:
     assert check.exited and check.waited == 1.0
     r.checked(RelayChecked(Verdict([], None, None, True, 1, "ends")))
     assert r.done and r.turn(7.0, Facts(False, "done")) == []
+
+
+def test_a_run_that_handed_on_is_done() -> None:
+    r = Relay(plan(), now=0.0)
+    r.turn(0.0, Facts(True, "deadline"))
+    r.checked(RelayChecked(Verdict([["exit"], ["decide"]], "1", None, False, 1, "h")))
+    r.answered(Submitted("1", "c:9"))
+    assert r.done and r.turn(5.0, Facts(True, "deadline")) == []
 
 
 def test_a_ledger_that_cannot_be_written_ends_the_relay() -> None:

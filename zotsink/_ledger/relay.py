@@ -22,6 +22,9 @@ running, and submissions under way, against the chain's N) and a ``note``:
   longer after each failure in a row (:meth:`Chain.retry_at`): never a storm;
 - ``exit``: the run in job ``job`` ends: its element leaves the chain (its job may still
   be shown by the scheduler a moment);
+- ``handoff``: the run in job ``job``, the last of the chain to leave with work left, hands
+  its place on: the others leaving now leave it to it (one holder, so that they never
+  wait on each other);
 - ``gone``: the scheduler no longer has job ``job`` queued or running (an element killed,
   cancelled, or gone after its ``exit``);
 - ``end``: the chain ended; note: ``REASON: words`` (``done``, ``stopped``, ``max-relays``,
@@ -49,6 +52,7 @@ __all__ = [
     "Element",
     "Ended",
     "Failure",
+    "Handing",
     "Submission",
     "Ticket",
     "join_note",
@@ -56,7 +60,9 @@ __all__ = [
 ]
 
 #: What a relay row may say.
-RELAY_WHATS: Final = ("join", "decide", "job", "fail", "exit", "gone", "end", "refused")
+RELAY_WHATS: Final = (
+    "join", "decide", "job", "fail", "exit", "handoff", "gone", "end", "refused"
+)  # fmt: skip
 #: Characters of a note kept (a scheduler's message can be long; its head says what failed).
 NOTE_MAX: Final = 500
 
@@ -119,6 +125,15 @@ class Ended(NamedTuple):
     job: str
 
 
+class Handing(NamedTuple):
+    """The element that hands its place on, since its ``handoff`` row (offset, time)."""
+
+    job: str
+    at: int
+    time: float
+    run: str
+
+
 class Refusal(NamedTuple):
     time: float
     job: str
@@ -142,6 +157,7 @@ class Chain:
         self.last_job: Submission | None = None
         self.last_fail: Failure | None = None
         self.ended: Ended | None = None
+        self.handing: Handing | None = None  # the element handing its place on
         self.refused: Refusal | None = None
         self.n: int | None = None  # the latest joined run's --relay
         self.max: int | None = None  # ... and its --max-relays
@@ -182,6 +198,8 @@ class Chain:
             self.fails_in_row = 0
             self.last_job = Submission(row.time, row.run, ticket, job)
             self.jobs[(row.run, ticket)] = job
+            if self.handing is not None and self.handing.run == row.run:
+                self.handing = None  # handed on
             # its run may have joined first (the scheduler was quick)
             if (row.run, ticket) not in self.joined_by and job not in self.elements:
                 self.elements[job] = Element(job, "queued", at, row.time, row.run)
@@ -191,13 +209,18 @@ class Chain:
             self.last_fail = Failure(row.time, row.run, ticket, f["note"])
         elif what == "exit":
             self.elements[job] = Element(job, "exited", at, row.time, row.run)
+        elif what == "handoff":
+            self.handing = Handing(job, at, row.time, row.run)
         elif what == "gone":
             self.elements.pop(job, None)
+            if self.handing is not None and self.handing.job == job:
+                self.handing = None
         elif what == "end":
             reason, _, words = f["note"].partition(": ")
             self.ended = Ended(row.time, at, reason, words, job)
             self.elements.clear()
             self.tickets.clear()
+            self.handing = None
         elif what == "refused":
             self.refused = Refusal(row.time, job, f["note"])
 
@@ -205,6 +228,7 @@ class Chain:
         """A chain begins: the counts of the one before are not its own."""
         self.epoch_at = at
         self.ended = None
+        self.handing = None
         self.elements.clear()
         self.tickets.clear()
         self.jobs.clear()

@@ -22,11 +22,11 @@ elements are queued or running:
 - **leave**: a run that ends writes ``exit``. When other elements stay (running, queued,
   or being submitted, each known alive by a row or an answer newer than the moment this
   run began to end), they carry on; the last one to leave with work left (its deadline
-  came, a signal, a followed list still open) hands its place on: it waits until the
-  scheduler shows fewer than N (its own element counted), then submits; alone in the
-  chain it submits at once (N = 1: its successor is queued in its last moments). With no
-  work left, or stopped, or halted, or at ``--max-relays``, the last one writes ``end``
-  and why.
+  came, a signal, a followed list still open) hands its place on: it says so (a
+  ``handoff`` row: the others leaving now leave it to it), waits until the scheduler shows
+  fewer than N (its own element counted), then submits; alone in the chain it submits at
+  once (N = 1: its successor is queued in its last moments). With no work left, or
+  stopped, or halted, or at ``--max-relays``, the last one writes ``end`` and why.
 
 :class:`Relay` is one run's side: when to check (at once, then by what the last verdict
 said), one submission at a time, the end of the run held until its relay is done. No I/O
@@ -173,14 +173,18 @@ def decide(
     staying = 0  # elements other than this one that carry on: running, queued, submitted
     unsure = 0  # ... of which no word newer than this run's end has come yet
     fresh = now - waited if ending else now - quiet(plan.n)
+    gone: set[str] = set()  # said gone by this decision
     for job, el in chain.open().items():
         if job == plan.me:
             continue
-        # one that said it ends is gone only by the scheduler's word
+        # one that said it ends is gone only by the scheduler's word: asked again at each
+        # check until it is
         ended = el.state == "exited"
-        said = alive(job, el.time, False) if ended else alive(job, fresh, True)
+        recent = max(el.time, now - CHECK_EVERY)
+        said = alive(job, recent, False) if ended else alive(job, fresh, True)
         if said is False:
             rows.append(relay_fields("gone", job=job))
+            gone.add(job)
             continue
         if not job and el.state == "exited":
             continue  # a run outside a job: nobody to ask, and it said it ends
@@ -221,6 +225,18 @@ def decide(
         return submit("fill")
 
     # this run ends
+    holder = chain.handing
+    if holder is not None and holder.run != plan.run:
+        # another element that leaves hands on (one holder: the leavers never wait on
+        # each other), unless the scheduler says it is gone
+        if holder.job in gone:
+            said = False
+        else:
+            said = alive(holder.job, holder.time, False) if holder.job else True
+        if said is not False:
+            return verdict(None, f"{holder.job or 'another run'} hands on", done=True)
+        if holder.job not in gone:
+            rows.append(relay_fields("gone", job=holder.job))
     if unsure and waited < HANDOFF_WAIT:
         # an element killed without a word would leave nobody to hand on: ask first
         return verdict(CHECK_EVERY, "asking the scheduler whether the others carry on")
@@ -243,6 +259,8 @@ def decide(
             )
         )
         return verdict(None, "the chain is broken: submissions failed", done=True)
+    if holder is None or holder.run != plan.run:
+        rows.append(relay_fields("handoff", job=plan.me))  # the others leave it to this run
     if now < retry:
         return verdict(retry - now, "the last submission failed: waiting to try again")
     hurry = facts.ending == "signal" or waited >= HANDOFF_WAIT
@@ -346,6 +364,10 @@ class Relay:
         if ev.job is not None:
             self.submitted.append(ev.job)
             row = relay_fields("job", ticket=ev.ticket, job=ev.job)
+            if self.ending_since is not None:
+                # handed on: its successor finds what is left (or ends the chain, when the
+                # others did it meanwhile); one more check here would hand on again
+                self.done = True
         else:
             self.failures.append(ev.message)
             row = relay_fields("fail", ticket=ev.ticket, note=ev.message)
