@@ -42,7 +42,10 @@ except OSError:
 open(f"ran/{line}.{os.getpid()}", "w").close()
 if line.startswith("slow"):
     open(f"held/{line}", "w").close()
-    while not os.path.exists("release"):
+    # until the test releases it; a test that ended without (failed, or its directory
+    # removed) leaves no poller behind
+    end = time.monotonic() + 300
+    while not os.path.exists("release") and os.stat(".").st_nlink and time.monotonic() < end:
         time.sleep(0.01)
 print(line, flush=True)
 """

@@ -127,7 +127,8 @@ def test_a_run_of_this_release_records_what_its_tasks_used(tmp_path: Path, zotsi
     assert advice["tasks"] == 12 and advice["cpu_per_task"] is not None
     assert advice["cpus"] >= 3  # three at a time, a part of a CPU each counts as one
     (tmp_path / "f.py").write_text(
-        "def f(line):\n    big = b'x' * 30_000_000\n    return line + str(len(big))\n"
+        "import time\ndef f(line):\n    big = b'x' * 30_000_000\n"
+        "    time.sleep(0.005)\n    return line + str(len(big))\n"
     )
     r = zotsink("run", "tasks.txt", "big.tsv", "--jobs", "2", "--call", "f.py:f")
     assert r.returncode == 0, r.stderr
@@ -135,7 +136,8 @@ def test_a_run_of_this_release_records_what_its_tasks_used(tmp_path: Path, zotsi
     assert r.returncode == 0, r.stderr
     said = r.stdout.decode().splitlines()
     assert said[0].startswith("#SBATCH --mem=") and "--cpus-per-task=" in said[1], said
-    # each call made 30 MB: its peak says so, whatever the worker held before
+    # each call made 30 MB (and took over LONG_CALL: every peak read): its peak says so,
+    # whatever the worker held before
     peaks = [a.peak_kib for a in iter_attempts(tmp_path / "tasks.txt", tmp_path / "big.tsv.ledger")]
     assert len(peaks) == 12 and all(p is not None and p > 29_000 for p in peaks), peaks
 

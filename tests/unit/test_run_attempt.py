@@ -172,3 +172,19 @@ def test_the_window_follows_the_tasks() -> None:
     assert group.window == MAX_COMMIT_WINDOW
     group.add(attempt(0.0), 0.5, 0.5, 0)
     assert group.wait(0.5) == MAX_COMMIT_WINDOW
+
+
+def test_a_stop_in_the_turn_an_attempt_ended_leaves_how_it_ended() -> None:
+    """A call that returned, or a command that exited, in the turn a stop signal came is
+    ended already: its result stands (it was called interrupted, and never ran again)."""
+    a = attempt()
+    a.sent()
+    a.began(0.5, 11, "s")
+    a.returned(1.0, 0, 0.2, NO)
+    a.stop(1.0, grace=0.5)
+    assert (a.step(1.0), a.status) == ("end", "ok")
+    b = attempt()
+    b.exited(1.0, 0, NO)
+    b.stop(1.0, grace=0.5)
+    b.drained()
+    assert (b.step(1.0), b.status) == ("end", "ok")

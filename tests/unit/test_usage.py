@@ -302,3 +302,32 @@ def test_the_cgroup_file_under_a_mount_point_with_a_space(tmp_path: Path) -> Non
     assert memory_cgroup_file(b"0::/job\n", _mountinfo(("/", point, "cgroup2", "rw"))) == str(
         events
     )
+
+
+def test_quick_calls_have_their_peak_read_once_per_sample_long_ones_always(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status file costs most of a quick call's measuring: read for every long call,
+    for one quick call per SAMPLE_EVERY; CPU for every call."""
+    from zotsink._run import usage
+
+    clock = [100.0]
+    monkeypatch.setattr(usage.time, "perf_counter", lambda: clock[0])
+    meter = usage.CallMeter()
+    if not meter.measures_peak:
+        pytest.skip("this kernel does not let a process reset its peak")
+
+    def call(took: float) -> usage.Usage:
+        meter.begin()
+        clock[0] += took
+        return meter.end()
+
+    first = call(0.0001)
+    assert first.peak_kib is not None  # the first is read: none was before
+    quick = [call(0.0001) for _ in range(10)]  # 1 ms of quick calls: within one sample
+    assert [u.peak_kib for u in quick] == [None] * 10
+    assert all(u.user_s is not None for u in quick)
+    assert call(usage.LONG_CALL * 1.5).peak_kib is not None
+    clock[0] += usage.SAMPLE_EVERY
+    assert call(0.0001).peak_kib is not None
+    meter.close()

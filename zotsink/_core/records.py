@@ -337,9 +337,16 @@ class Encoder:
         stamps read ``env``: one per task of a run, each with its task number. ``known``
         False: it knows no header of OUT's (one OUT had before its run is no header the run
         knows)."""
-        enc = Encoder(self.fmt, self.columns, self.stamp, env=self._env if env is None else env)
+        # a copy, not a new one: a run makes one per task, and what __init__ checks and
+        # computes is this one's already; only stamps read the new environment
+        enc = Encoder.__new__(Encoder)
+        enc.__dict__.update(self.__dict__)
+        if env is not None:
+            enc._env = env
+            if enc.stamp:
+                names = [f for f in enc.stamp if f != "time"]
+                enc._fixed = dict(zip(names, stamp_values(names, env)))
         enc.out_header = self.out_header if known or self.out_new else None
-        enc.out_new = self.out_new
         return enc
 
     def set_columns(self, columns: Sequence[str]) -> None:

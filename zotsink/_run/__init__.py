@@ -10,10 +10,12 @@ backends: command processes; function workers, with worker, frames and serve) ·
 (records held per attempt, their append to OUT, the log) · ledger (the rows a run writes,
 its claims) · look (what a look at other runs' tasks finds) · migrate (a format 1 ledger
 made format 2) · alive (is a run, or a task's process, alive: the pid table, else the
-scheduler) · tasks (task lists, read by offset) · logline (the log's lines) · add and close
-(``zotsink add``, ``close``, ``stop``) · options and settings (a run's options checked; the
-recorded settings and their policy) · runner (``run_tasks``) · status, runs, report
-(reading the ledger back: counts, live runs, attempts, the HTML page).
+scheduler) · scheduler and schedout (the one asker of the batch scheduler, and what its
+commands print) · usage (what a task used, measured) · tasks (task lists, read by offset) ·
+logline (the log's lines) · add and close (``zotsink add``, ``close``, ``stop``,
+``release``) · options and settings (a run's options checked; the recorded settings and
+their policy) · runner (``run_tasks``) · status, runs, report, timeline, page, spread,
+advise (reading the ledger back: counts, live runs, attempts, the HTML page, the advice).
 
 The ledger's format and its one row view are :mod:`zotsink._ledger`; array arithmetic
 :mod:`zotsink._arrays`.

@@ -150,7 +150,11 @@ class Attempt:
             self.ended_by = None  # the call ended within the grace: its result stands
 
     def stop(self, now: float, grace: float) -> None:
-        """The run stops: what it does ends ``interrupted``, SIGTERM after ``grace``."""
+        """The run stops: what it does ends ``interrupted``, SIGTERM after ``grace``. One
+        that ended already (its process exited, its call returned, in the same turn as the
+        stop) keeps how it ended."""
+        if self.phase in ("exited", "ended"):
+            return
         self.ended_by = "interrupted"
         if self.phase == "running":
             self.deadline = now + grace

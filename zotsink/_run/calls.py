@@ -53,6 +53,10 @@ def signame(signum: int) -> str:
         return str(signum)
 
 
+#: Seconds an OOM count noted at one call's begin serves the next calls of its worker.
+OOM_REUSE: Final = 0.05
+
+
 class Calls:
     """The function backend of one run: ``spec`` (FILE.py:FUNC or module:FUNC) in ``jobs``
     workers."""
@@ -149,7 +153,7 @@ class Calls:
         watch = self._oom.get(worker.pid)
         if watch is None:
             watch = self._oom[worker.pid] = OomWatch(self._oom_counter)
-        watch.before()
+        watch.before(reuse=OOM_REUSE)
         return Began((num, attempt), worker.pid, self.starts.get(worker.pid, ""))
 
     def hold(self) -> None:

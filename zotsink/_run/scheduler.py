@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Final, Generic, NamedTuple, Protocol, TypeVar
 
+from .._core.fileio import file_kind, open_regular
 from .._core.stop import current_stopper
 from .schedout import (
     pbs_alive,
@@ -86,6 +87,7 @@ __all__ = [
     "job_end",
     "job_key",
     "parse_job",
+    "read_script",
     "reset",
     "run_command",
     "scheduler_wait",
@@ -225,6 +227,26 @@ def run_command(
 #: Bytes a scheduler command may be given on stdin: what a pipe holds on Linux (a job
 #: script is a few hundred), written before the command is waited for.
 MAX_INPUT: Final = 65536
+
+
+def read_script(path: str, what: str) -> tuple[bytes | None, str]:
+    """A job script read for a submission: ``(its bytes, "")``, or ``(None, why not)`` when
+    it cannot be read, is not a regular file (a FIFO planted at its name would hang the
+    submission) or is over :data:`MAX_INPUT` bytes (no job script is; a wrong file is)."""
+    try:
+        fd, st = open_regular(path)
+    except OSError as e:
+        return None, f"cannot read {what} {path}: {e.strerror}"
+    if fd < 0:
+        return None, f"{what} {path} is {file_kind(st.st_mode)}, not a job script"
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_INPUT + 1)
+    except OSError as e:
+        return None, f"cannot read {what} {path}: {e.strerror}"
+    if len(data) > MAX_INPUT:
+        return None, f"{what} {path} is over {MAX_INPUT} bytes: not a job script"
+    return data, ""
 
 
 def array_alive(job: str) -> bool | None:
@@ -539,12 +561,7 @@ class GridEngine:
         path = env.get("JOB_SCRIPT", "")
         if not path:
             return None, "no Grid Engine job here (JOB_SCRIPT is not set)"
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_INPUT + 1)
-        except OSError as e:
-            return None, f"cannot read this job's script {path}: {e.strerror}"
-        return data, ""
+        return read_script(path, "this job's script")
 
     def job_env(self, env: Mapping[str, str]) -> dict[str, str]:
         return {

@@ -21,6 +21,7 @@ deadline, or when it waited longer than :data:`HOLD` behind slower tasks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
@@ -161,6 +162,7 @@ class RunState:
         self._ends: list[tuple[Any, list[End]]] = []  # end groups to write
         # begin rows to write: key -> its process (a call's: its worker's), and since when
         self._begins: dict[Key, tuple[int, str, float]] = {}
+        self._begins_written = -math.inf  # when begin rows last went out
         self._releases: list[Key] = []
         self.left_behind = 0  # tasks given back at a stop, a halt or the deadline
         self._workers: list[tuple[int, str]] = []
@@ -405,6 +407,12 @@ class RunState:
             if c.failures and c.task.num in got:
                 self.failures[c.task.num] = c.failures
         self.queue.claimed(ev.tasks, dropped, self.now, drained=ev.drained, taken_over=taken)
+        if ev.tasks:
+            self.look_wait = LOOK_FIRST
+        elif dropped:
+            # another run took them first: many runs must not take the lock in turns for
+            # tasks one of them gets
+            self.look_wait = min(self.look_wait * 2, LOOK_MOST)
         if self._asked:
             self._looked_once = False  # tasks found by a look: look again before the end
         self._asked = []
@@ -478,8 +486,9 @@ class RunState:
         self.unknown = ev.unknown
         if came or self.live:
             self.idle_since = now
-            self.look_wait = LOOK_FIRST
-        else:
+        # tasks a look found (given back by runs behind slow tasks) are claimed at once,
+        # and the claim says how soon to look again; a look that found none backs off
+        if not came:
             self.look_wait = min(self.look_wait * 2, LOOK_MOST)
         if self.plan.idle is not None and now - self.idle_since >= self.plan.idle:
             self.idled_out = True  # nothing to do for --idle seconds: make way
@@ -679,10 +688,17 @@ class RunState:
         workers with whatever goes first."""
         if self._claiming:
             return
-        oldest = self._oldest_begin()
-        begins_due = oldest is not None and self.now - oldest >= BEGIN_WITHIN
-        if self._ends or self._releases or begins_due:
+        if self._ends or self._releases or self._begins_due():
             self._out.append(self._rows(now=True))
+
+    def _begins_due(self) -> bool:
+        """Whether begin rows wait that are due on their own: the oldest a commit window
+        old, and none written by themselves for a window (a run whose tasks outlast the
+        window, as any does on a crowded node, writes them at most once a window)."""
+        oldest = self._oldest_begin()
+        if oldest is None or self.now - oldest < BEGIN_WITHIN:
+            return False
+        return self.now - self._begins_written >= BEGIN_WITHIN
 
     def _oldest_begin(self) -> float | None:
         """When the oldest begin row waiting was due (None: none waits); the attempts live
@@ -690,12 +706,15 @@ class RunState:
         return min((since for _p, _s, since in self._begins.values()), default=None)
 
     def _rows(self, *, now: bool) -> Rows:
-        # only begins a commit window old: a task that ends sooner needs none (its end row
-        # says all), and most do
-        old = self.now - BEGIN_WITHIN
+        # only begins half a commit window old or more: a task that ends sooner needs none
+        # (its end row says all), and most do; the half: those that fall due before the
+        # next window go along
+        old = self.now - BEGIN_WITHIN / 2
         due = {k: b for k, b in self._begins.items() if b[2] <= old}
         for k in due:
             del self._begins[k]
+        if due:
+            self._begins_written = self.now
         rows = Rows(
             begins=[(k, pid, start) for k, (pid, start, _since) in due.items()],
             ends=self._ends,
@@ -775,7 +794,7 @@ class RunState:
             due.append(self.now + self.plan.hold)
         oldest = self._oldest_begin()
         if oldest is not None:
-            due.append(oldest + BEGIN_WITHIN)
+            due.append(max(oldest, self._begins_written) + BEGIN_WITHIN)
         if self.relay is not None:
             check = self.relay.wake()
             if check is not None:

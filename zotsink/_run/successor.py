@@ -41,7 +41,15 @@ from .alive import RUN_VAR, job_alive, qualified_job
 from .events import RelayCheck, RelayChecked, Submitted
 from .ledger import Ledger, header_of
 from .relay import TICKET_TTL, RelayPlan, decide
-from .scheduler import SCHEDULER_WAIT, Backend, Errand, asker, choose, scheduler_wait
+from .scheduler import (
+    SCHEDULER_WAIT,
+    Backend,
+    Errand,
+    asker,
+    choose,
+    read_script,
+    scheduler_wait,
+)
 from .tasks import runs
 
 __all__ = ["RELAY_VAR", "Desk", "RunnerOutcome", "ensure_runner", "relay_backend"]
@@ -89,11 +97,7 @@ def _script(backend: Backend, env: Mapping[str, str], path: str | None) -> tuple
     what the next element runs), else the script of this job as the scheduler kept it."""
     if path is None:
         return backend.job_script(env)
-    try:
-        with open(path, "rb") as f:
-            return f.read(), ""
-    except OSError as e:
-        return None, f"cannot read --relay-script {path}: {e.strerror}"
+    return read_script(path, "--relay-script")
 
 
 def lines_waiting(tasks: str, at: int, *, closed: bool, lock: str, timeout: float) -> bool:
