@@ -264,3 +264,23 @@ def test_job_env_drops_nothing_a_user_set(monkeypatch: pytest.MonkeyPatch) -> No
     assert json.dumps(GridEngine({}).job_env(env), sort_keys=True) == json.dumps(
         env, sort_keys=True
     )
+
+
+def test_a_relay_script_is_read_only_when_a_regular_file_of_a_job_scripts_size(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "runner.sbatch"
+    script.write_bytes(b"#!/bin/bash\nzotsink run --pull tasks out -- ./task\n")
+    assert scheduler.read_script(str(script), "--relay-script") == (script.read_bytes(), "")
+    fifo = tmp_path / "planted"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would hang the submission
+    data, why = scheduler.read_script(str(fifo), "--relay-script")
+    assert data is None
+    assert why == f"--relay-script {fifo} is a FIFO, not a job script"
+    big = tmp_path / "big"
+    big.write_bytes(b"#" * (scheduler.MAX_INPUT + 1))
+    data, why = scheduler.read_script(str(big), "--relay-script")
+    assert data is None and why == f"--relay-script {big} is over 65536 bytes: not a job script"
+    data, why = scheduler.read_script(str(tmp_path / "typo"), "--relay-script")
+    assert data is None
+    assert why == f"cannot read --relay-script {tmp_path / 'typo'}: No such file or directory"
