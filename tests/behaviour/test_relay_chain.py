@@ -281,11 +281,17 @@ def test_producers_adding_at_once_submit_one_runner(box: Dropbox) -> None:
     assert all(p.returncode == 0 for p in adds), said
     assert len(box.slurm.submits()) == 1, said
     assert sum("submitted a runner" in err for _out, err in said) == 1
+    # a new dropbox: the ledger is made, and said to be (a mistyped --ledger would be too)
+    made = "made the ledger out.txt.ledger (no run had written it)"
+    assert any(made in err for _out, err in said), said
     box.wait(lambda: len(box.oks()) == 6 and box.settled(), "the runner ran them and idled out")
     assert box.relays()[-1]["note"].startswith("idle: ")
     # later lines: the chain is restarted by the next add
-    box.zotsink("add", "tasks.txt", "later", "--relay", str(runner), "--ledger", "out.txt.ledger")
+    later = box.zotsink(
+        "add", "tasks.txt", "later", "--relay", str(runner), "--ledger", "out.txt.ledger"
+    )
     assert len(box.slurm.submits()) == 2
+    assert "made the ledger" not in later.stderr and "submitted a runner" in later.stderr
     box.wait(lambda: len(box.oks()) == 7 and box.settled(), "the second runner ran it")
     # the runner ran from the ledger's directory, with no job's variables of the producer
     assert box.slurm.submits()[1]["cwd"] == str(box.dir)

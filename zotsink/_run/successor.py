@@ -221,11 +221,13 @@ class Desk:
 # -- zotsink add --relay SCRIPT ------------------------------------------------------------------
 class RunnerOutcome(NamedTuple):
     """What ``add --relay`` did about the chain: the elements it found queued or running,
-    the job it submitted (None: none), and why not or what failed."""
+    the job it submitted (None: none), why not or what failed, and whether the ledger was
+    made (no run had written it: a new dropbox, or a name mistyped)."""
 
     elements: int
     job: str | None
     said: str
+    made: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return self._asdict()
@@ -261,15 +263,14 @@ def ensure_runner(
     env = dict(os.environ if env is None else env)
     path, script_path = os.fspath(ledger), os.path.abspath(os.fspath(script))
     backend = relay_backend(env, script_path)
-    try:
-        with open(script_path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise UsageError(f"cannot read the runner script {script_path}: {e.strerror}") from None
+    data, why = read_script(script_path, "the runner script")
+    if data is None:
+        raise UsageError(why)
     # the elements the rows name, asked about before the lock (a squeue must not hold it)
     chain = Chain()
     seen = 0
-    if os.path.lexists(path):
+    made = not os.path.lexists(path)
+    if not made:
         with Snapshot(path, lock=lock, timeout=timeout) as snap:
             _fold_relay(chain, snap, 0)
             seen = snap.end
@@ -312,7 +313,7 @@ def ensure_runner(
         outlet.close()
     takers = counted[-1]
     if takers:
-        return RunnerOutcome(takers, None, f"{takers} element(s) queued or running take it")
+        return RunnerOutcome(takers, None, f"{takers} element(s) queued or running take it", made)
     # from the ledger's directory: a producer adds from anywhere, and the runner's work is
     # where its list and ledger are
     here = os.path.dirname(os.path.abspath(path))
@@ -323,7 +324,7 @@ def ensure_runner(
     else:
         row = relay_fields("fail", ticket="1", note=message)
     _append_rows(path, [row], run, lock=lock, timeout=timeout)
-    return RunnerOutcome(0, job, "submitted" if job is not None else message)
+    return RunnerOutcome(0, job, "submitted" if job is not None else message, made)
 
 
 def _stamped(rows: list[list[str]], state: State, now: float, run: str) -> bytes:

@@ -98,6 +98,12 @@ def add_cmd(
     if runner is None or ledger is None or not added:
         return
     done = run_api(lambda: ensure_runner(ledger, runner, lock=lock, timeout=timeout))
+    if done.made:
+        # a new dropbox's first add; or a mistyped --ledger, which no runner would ever read
+        say(
+            f"made the ledger {ledger} (no run had written it): the runner's OUT.ledger must "
+            "be this file, else check the name"
+        )
     if done.job is not None:
         say(f"submitted a runner ({runner}): job {done.job}")
     elif done.elements:
