@@ -448,11 +448,12 @@ class RunState:
         """What the relay is told of this run: tasks it knows wait (found free, claimed and
         not started), and, once it would end, why."""
         q = self.queue
-        # what it found free and has not run, what it gave back, what a stop interrupted
-        interrupted = sum(1 for status in self.final.values() if status == "interrupted")
-        waiting = q.pending > 0 or q.claimed_count > 0 or self.left_behind + interrupted > 0
         if not over:
             return Facts(q.pending > 0 or q.claimed_count > 0)
+        # what it found free and has not run, what it gave back, what a stop interrupted
+        # (counted once the run would end: the final statuses are one per task it ran)
+        interrupted = sum(1 for status in self.final.values() if status == "interrupted")
+        waiting = q.pending > 0 or q.claimed_count > 0 or self.left_behind + interrupted > 0
         if self.error is not None:
             return Facts(waiting, "error")
         if self.stopped_by_row:
