@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from zotsink._core.stop import Stopper
-from zotsink._run import schedout, scheduler
-from zotsink._run.scheduler import PBS, GridEngine, JobRef, Slurm
+from zotsink._run import backends, schedcmd, schedout, scheduler
+from zotsink._run.backends import PBS, GridEngine, JobRef, Slurm
 
 # -- what the schedulers print -----------------------------------------------------------------
 # `qstat -g d -u '*'`: array job 46's task 2 was deleted; 47 runs four tasks, 48 is a job
@@ -158,13 +158,13 @@ def test_pbs_job_state_and_end() -> None:
 
 
 def test_a_job_key_names_its_cluster_job_and_element() -> None:
-    assert scheduler.job_key("77", "3") == "77_3"
-    assert scheduler.job_key("77", "3", "c2") == "c2:77_3"
-    assert scheduler.job_key("1234.pbs01") == "1234.pbs01"
-    assert scheduler.job_key("", "3", "c2") == ""
-    assert scheduler.parse_job("c2:77_3") == JobRef("c2", "77", "3")
-    assert scheduler.parse_job("1234.pbs01_7") == JobRef("", "1234.pbs01", "7")
-    assert scheduler.parse_job("46") == JobRef("", "46", "")
+    assert backends.job_key("77", "3") == "77_3"
+    assert backends.job_key("77", "3", "c2") == "c2:77_3"
+    assert backends.job_key("1234.pbs01") == "1234.pbs01"
+    assert backends.job_key("", "3", "c2") == ""
+    assert backends.parse_job("c2:77_3") == JobRef("c2", "77", "3")
+    assert backends.parse_job("1234.pbs01_7") == JobRef("", "1234.pbs01", "7")
+    assert backends.parse_job("46") == JobRef("", "46", "")
 
 
 # -- one contract, three backends --------------------------------------------------------------
@@ -325,10 +325,10 @@ def test_each_backend_answers_alive_ended_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: Case, fresh: None
 ) -> None:
     stand_in(tmp_path, monkeypatch, case)
-    backend = scheduler.choose({**case.env, "PATH": os.environ["PATH"]})
+    backend = backends.choose({**case.env, "PATH": os.environ["PATH"]})
     assert isinstance(backend, case.kind)
     assert backend.cluster == "here"
-    parse = scheduler.parse_job
+    parse = backends.parse_job
     assert backend.alive(parse(case.alive)) is True
     assert backend.alive(parse(case.ended)) is False
     assert backend.alive(parse(case.unknown)) is False  # the scheduler's "no such job"
@@ -346,7 +346,7 @@ def test_a_failing_command_is_no_answer(
     stand.mode("fail")
     backend = case.kind(case.env)
     for key in (case.alive, case.ended, case.unknown):
-        assert backend.alive(scheduler.parse_job(key)) is None
+        assert backend.alive(backends.parse_job(key)) is None
     assert backend.end() is None
     assert stand.asked()  # it was asked, and said nothing that counts
 
@@ -356,14 +356,14 @@ def test_a_hanging_command_is_no_answer_by_its_deadline_and_leaves_nothing(
 ) -> None:
     stand = stand_in(tmp_path, monkeypatch, case)
     stand.mode("hang")
-    monkeypatch.setattr(scheduler, "COMMAND_TIMEOUT", 2.0)
+    monkeypatch.setattr(schedcmd, "COMMAND_TIMEOUT", 2.0)
     backend = case.kind(case.env)
-    for ask in (lambda: backend.alive(scheduler.parse_job(case.alive)), backend.end):
+    for ask in (lambda: backend.alive(backends.parse_job(case.alive)), backend.end):
         (stand.state / "hung").unlink(missing_ok=True)
         t0 = time.monotonic()
         assert ask() is None
         # the deadline, and a margin for a loaded machine: never the sleep's 600 s
-        assert time.monotonic() - t0 < scheduler.COMMAND_TIMEOUT + 8
+        assert time.monotonic() - t0 < schedcmd.COMMAND_TIMEOUT + 8
         wrapper, sleeper = map(int, (stand.state / "hung").read_text().split())
         assert gone(wrapper, 10) and gone(sleeper, 10), "a process of the command was left"
 
@@ -374,7 +374,7 @@ def test_a_job_of_another_cluster_is_never_called_dead_by_this_one(
     stand = stand_in(tmp_path, monkeypatch, case)
     backend = case.kind(case.env)
     got = {
-        key: backend.alive(scheduler.parse_job("there:" + key))
+        key: backend.alive(backends.parse_job("there:" + key))
         for key in (case.alive, case.ended, case.unknown)
     }
     if case.kind is not Slurm:
@@ -387,7 +387,7 @@ def test_a_job_of_another_cluster_is_never_called_dead_by_this_one(
     assert got == {case.alive: True, case.ended: False, case.unknown: None}
     stand.mode("fail")  # a cluster that cannot be reached, or is no cluster
     for key in got:
-        assert backend.alive(scheduler.parse_job("there:" + key)) is None
+        assert backend.alive(backends.parse_job("there:" + key)) is None
 
 
 def test_the_backend_is_the_one_the_job_came_from(
@@ -399,12 +399,12 @@ def test_the_backend_is_the_one_the_job_came_from(
     squeue.chmod(0o755)
     path = os.environ["PATH"]
     assert isinstance(
-        scheduler.choose({"PATH": path, "JOB_ID": "47", "SGE_TASK_ID": "1"}), GridEngine
+        backends.choose({"PATH": path, "JOB_ID": "47", "SGE_TASK_ID": "1"}), GridEngine
     )
-    assert isinstance(scheduler.choose({"PATH": path, "SGE_ROOT": "/opt/sge"}), GridEngine)
-    assert isinstance(scheduler.choose({"PATH": path}), Slurm)  # squeue is here, no job says
-    assert scheduler.choose({"PATH": path, "PBS_JOBID": "1.s"}) is not None  # qstat is here
-    assert scheduler.choose({"PATH": str(tmp_path)}) is None  # no scheduler command at all
+    assert isinstance(backends.choose({"PATH": path, "SGE_ROOT": "/opt/sge"}), GridEngine)
+    assert isinstance(backends.choose({"PATH": path}), Slurm)  # squeue is here, no job says
+    assert backends.choose({"PATH": path, "PBS_JOBID": "1.s"}) is not None  # qstat is here
+    assert backends.choose({"PATH": str(tmp_path)}) is None  # no scheduler command at all
     cells = {"SGE_CELL": "default"}
     assert GridEngine(cells).cluster == "default"  # no cluster name: the cell
     assert PBS({"PBS_JOBID": "1234[7].pbs01.example.org"}).cluster == "pbs01.example.org"
@@ -418,7 +418,7 @@ def test_grid_engine_is_asked_once_for_many_array_tasks(
     stand = stand_in(tmp_path, monkeypatch, CASES["sge"])
     backend = GridEngine({})
     for key, want in (("46_3", True), ("46_2", False), ("46", True), ("50", False)):
-        assert backend.alive(scheduler.parse_job(key)) is want
+        assert backend.alive(backends.parse_job(key)) is want
     # one listing answered both tasks
     assert stand.asked() == ["-g d -u *", "-j 46", "-j 50"]
 
@@ -428,10 +428,10 @@ def test_the_runner_gives_the_commands_words(tmp_path: Path) -> None:
     script = tmp_path / "say"
     script.write_text('#!/bin/sh\nread x && echo got "$x"\necho on stderr >&2\nexit 3\n')
     script.chmod(0o755)
-    got = scheduler.run_command([str(script)])
+    got = schedcmd.run_command([str(script)])
     # stdin is /dev/null: the read finds its end at once
-    assert got == scheduler.Answer(3, b"", b"on stderr\n")
-    assert scheduler.run_command([str(tmp_path / "none")]) is None
+    assert got == schedcmd.Answer(3, b"", b"on stderr\n")
+    assert schedcmd.run_command([str(tmp_path / "none")]) is None
 
 
 def test_the_runner_does_not_wait_for_a_grandchild_that_holds_the_pipes(tmp_path: Path) -> None:
@@ -442,7 +442,7 @@ def test_the_runner_does_not_wait_for_a_grandchild_that_holds_the_pipes(tmp_path
     script.chmod(0o755)
     t0 = time.monotonic()
     # the wrapper exits at once; its child keeps stdout and stderr open
-    assert scheduler.run_command([str(script)], timeout=1.0) is None
+    assert schedcmd.run_command([str(script)], timeout=1.0) is None
     assert time.monotonic() - t0 < 1.0 + 8
     for pid in map(int, (tmp_path / "hung").read_text().split()):
         assert gone(pid, 10)
@@ -530,7 +530,7 @@ def test_a_stop_signal_ends_the_wait_for_the_scheduler(gated: Path) -> None:
     with Stopper() as stopper:
         t0 = time.monotonic()
         assert scheduler.job_alive("77_3") is None  # no answer: the run stops
-        assert time.monotonic() - t0 < scheduler.COMMAND_TIMEOUT
+        assert time.monotonic() - t0 < schedcmd.COMMAND_TIMEOUT
         assert stopper.signum == signal.SIGUSR1
     release(gated)  # the question still out gets its answer, for whoever asks next
     assert scheduler.asker().wait("77_3", 60) is True
@@ -550,7 +550,7 @@ def test_status_waits_a_while_and_names_what_was_not_answered(gated: Path) -> No
 SCHEDULER_COMMANDS = frozenset({"squeue", "scontrol", "sacct", "qstat", "qconf", "pbsnodes"})
 
 
-def test_scheduler_commands_are_named_only_by_the_scheduler_module() -> None:
+def test_scheduler_commands_are_named_only_by_the_backends_module() -> None:
     """A second way of asking the scheduler (another ``subprocess`` of ``squeue``, with
     its own deadline, or none) would have to name the command: this fails when one does."""
     import ast
@@ -564,7 +564,7 @@ def test_scheduler_commands_are_named_only_by_the_scheduler_module() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in SCHEDULER_COMMANDS:
                 found.append(rel)
-    assert found and set(found) == {"_run/scheduler.py"}, found
+    assert found and set(found) == {"_run/backends.py"}, found
 
 
 def test_a_wait_for_an_answer_that_came_already_returns_it_under_a_stopper() -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from zotsink._run import schedout, scheduler
-from zotsink._run.scheduler import PBS, Errand, GridEngine, JobRef, Slurm
+from zotsink._run import backends, schedcmd, schedout, scheduler
+from zotsink._run.backends import PBS, GridEngine, JobRef, Slurm
+from zotsink._run.scheduler import Errand
 
 
 @pytest.fixture
@@ -42,11 +43,11 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **commands: str) -
 
 
 def test_a_key_may_name_one_start_of_an_element() -> None:
-    assert scheduler.job_key("77", "3", "c2", restart=1) == "c2:77_3+1"
-    assert scheduler.job_key("77", "", "", restart=0) == "77+0"
-    assert scheduler.parse_job("c2:77_3+1") == JobRef("c2", "77", "3", 1)
-    assert scheduler.parse_job("77_3") == JobRef("", "77", "3", -1)
-    assert scheduler.parse_job("1234.pbs01") == JobRef("", "1234.pbs01", "", -1)
+    assert backends.job_key("77", "3", "c2", restart=1) == "c2:77_3+1"
+    assert backends.job_key("77", "", "", restart=0) == "77+0"
+    assert backends.parse_job("c2:77_3+1") == JobRef("c2", "77", "3", 1)
+    assert backends.parse_job("77_3") == JobRef("", "77", "3", -1)
+    assert backends.parse_job("1234.pbs01") == JobRef("", "1234.pbs01", "", -1)
 
 
 def test_a_start_is_over_once_the_element_restarted_and_stopped_ending() -> None:
@@ -75,17 +76,17 @@ def test_a_successor_is_one_job_not_an_array() -> None:
         b"#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --array=1-8\n#SBATCH -a 1-3\n"
         b"#SBATCH --cpus-per-task=4\n\n# a comment\nset -e\necho '#SBATCH --array=1-2'\n"
     )
-    got = scheduler.single(script, b"#SBATCH", scheduler._SLURM_ARRAY)
+    got = backends.single(script, b"#SBATCH", backends._SLURM_ARRAY)
     assert b"--array=1-8" not in got and b"-a 1-3" not in got
     assert b"#SBATCH --cpus-per-task=4" in got and b"#SBATCH --job-name=x" in got
     assert b"echo '#SBATCH --array=1-2'" in got  # past the directives: the script's own
     sge = b"#!/bin/bash\n#$ -N x\n#$ -t 1-8\n#$ -V\nexec true\n"
     assert (
-        scheduler.single(sge, b"#$", scheduler._SGE_ARRAY)
+        backends.single(sge, b"#$", backends._SGE_ARRAY)
         == b"#!/bin/bash\n#$ -N x\n#$ -V\nexec true\n"
     )
     pbs = b"#!/bin/bash\n#PBS -J 1-8\n#PBS -t 1-3\n#PBS -V\n"
-    assert scheduler.single(pbs, b"#PBS", scheduler._PBS_ARRAY) == b"#!/bin/bash\n#PBS -V\n"
+    assert backends.single(pbs, b"#PBS", backends._PBS_ARRAY) == b"#!/bin/bash\n#PBS -V\n"
 
 
 def test_a_successor_inherits_no_job_ids_nor_array_index() -> None:
@@ -169,7 +170,7 @@ def test_a_submission_that_fails_says_the_scheduler_s_words(
     )
     job, said = Slurm({}).submit(b"#!/bin/sh\n", {"PATH": os.environ["PATH"]}, {})
     assert job is None and said == "sbatch exited 1: sbatch: error: QOSMaxSubmitJobPerUserLimit"
-    big = b"#!/bin/sh\n" + b"#" * scheduler.MAX_INPUT
+    big = b"#!/bin/sh\n" + b"#" * schedcmd.MAX_INPUT
     assert Slurm({}).submit(big, {}, {})[0] is None
 
 
@@ -271,16 +272,16 @@ def test_a_relay_script_is_read_only_when_a_regular_file_of_a_job_scripts_size(
 ) -> None:
     script = tmp_path / "runner.sbatch"
     script.write_bytes(b"#!/bin/bash\nzotsink run --pull tasks out -- ./task\n")
-    assert scheduler.read_script(str(script), "--relay-script") == (script.read_bytes(), "")
+    assert schedcmd.read_script(str(script), "--relay-script") == (script.read_bytes(), "")
     fifo = tmp_path / "planted"
     os.mkfifo(fifo)  # nobody writes to it: reading it would hang the submission
-    data, why = scheduler.read_script(str(fifo), "--relay-script")
+    data, why = schedcmd.read_script(str(fifo), "--relay-script")
     assert data is None
     assert why == f"--relay-script {fifo} is a FIFO, not a job script"
     big = tmp_path / "big"
-    big.write_bytes(b"#" * (scheduler.MAX_INPUT + 1))
-    data, why = scheduler.read_script(str(big), "--relay-script")
+    big.write_bytes(b"#" * (schedcmd.MAX_INPUT + 1))
+    data, why = schedcmd.read_script(str(big), "--relay-script")
     assert data is None and why == f"--relay-script {big} is over 65536 bytes: not a job script"
-    data, why = scheduler.read_script(str(tmp_path / "typo"), "--relay-script")
+    data, why = schedcmd.read_script(str(tmp_path / "typo"), "--relay-script")
     assert data is None
     assert why == f"cannot read --relay-script {tmp_path / 'typo'}: No such file or directory"

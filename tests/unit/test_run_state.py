@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from zotsink._run.commit import BEGIN_WITHIN
 from zotsink._run.events import (
     Began,
     Claim,
@@ -37,7 +38,6 @@ from zotsink._run.events import (
 from zotsink._run.halting import Halting
 from zotsink._run.queue import Candidate, TaskQueue
 from zotsink._run.state import (
-    BEGIN_WITHIN,
     HOLD,
     LOOK_FIRST,
     LOOK_MOST,

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 from .._run.alive import job_alive, proc_start
-from .._run.scheduler import array_alive, choose, run_command
+from .._run.backends import array_alive, choose
+from .._run.schedcmd import run_command
 from ..errors import UsageError
 
 __all__ = [
@@ -49,7 +50,7 @@ COMMAND_TIMEOUT: Final = 60.0
 
 def pick_scheduler(choice: str) -> str:
     """The scheduler for ``choice`` (``auto``: the one this host has, as the run asks it,
-    :func:`~zotsink._run.scheduler.choose`, when its submit command is here too; else
+    :func:`~zotsink._run.backends.choose`, when its submit command is here too; else
     ``local``); UsageError for an unknown one, or one whose command is missing."""
     if choice == "auto":
         backend = choose(os.environ)

@@ -19,14 +19,13 @@ from typing import Any, Final
 
 from .._core.stamp import TASKNUM_VAR
 from .._ledger.format import element_text, parse_element
+from .backends import job_cluster, job_key
 from .scheduler import (
     ANSWER_TTL,
     SCHEDULER_WAIT,
     forget_jobs,
     job_alive,
-    job_cluster,
     job_end,
-    job_key,
     scheduler_wait,
 )
 
@@ -177,7 +176,7 @@ def element_key(job: str, element: str) -> str:
 
 def qualified_job(job: str, env: Mapping[str, str]) -> str:
     """A job id as the ledger writes it: ``CLUSTER:JOB`` where the scheduler names its
-    cluster (:func:`~zotsink._run.scheduler.job_cluster`; a site with several clusters has
+    cluster (:func:`~zotsink._run.backends.job_cluster`; a site with several clusters has
     several jobs of one number), else ``JOB``."""
     if not job:
         return ""

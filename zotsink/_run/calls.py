@@ -210,10 +210,10 @@ class Calls:
                     if capture is not None:
                         capture.close()
                 events.append(HandedBack(keys))
-                if worker.queued:
-                    events.append(self._began(worker))  # a later frame's: handed back in turn
-                else:
+                if not worker.queued:
                     worker.stop()
+                # else a later frame's tasks: the held worker hands them back in turn, never
+                # begins one (a Began would tell of a call that never ran)
             elif kind == "unloadable":
                 worker.stop()
                 text = frame[2]
@@ -261,6 +261,9 @@ class Calls:
         if seconds is not None:
             worker.retune(key, seconds)
         if worker.queued:
+            # told at once (its timeout, a stop's grace count from now); a held worker that
+            # begins it after all is not known here: if it hands it back instead, the back
+            # frame comes at once and the run takes the word back before any row says it
             events.append(self._began(worker))
         elif worker.held or not worker.ready:
             worker.stop()

@@ -14,11 +14,12 @@ its age limit. :class:`CommitGroup` is that decision, without I/O; the appends a
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from .._core.batch import Batch
 
-__all__ = ["COMMIT_WINDOW", "MAX_COMMIT_WINDOW", "CommitGroup"]
+__all__ = ["BEGIN_WITHIN", "COMMIT_WINDOW", "MAX_COMMIT_WINDOW", "BeginRows", "CommitGroup"]
 
 #: Seconds a finished task waits for others to share its commit. A locked, fsynced append
 #: on a shared filesystem costs milliseconds, often tens of them: within this window many
@@ -29,6 +30,11 @@ COMMIT_WINDOW: Final = 0.25
 #: The window's bound for tasks of a second or more: the window is twice the mean time of a
 #: task, within COMMIT_WINDOW and this, so that a few of them share a commit too.
 MAX_COMMIT_WINDOW: Final = 2.0
+#: Seconds a begin row may wait for the next append (a claim's, a commit's) before it is
+#: written on its own: a task that ends sooner needs none (its end row says it all), and a
+#: task that outlives its run (SIGKILLed meanwhile) is found by the mark in its
+#: environment until then.
+BEGIN_WITHIN: Final = 1.0
 
 
 class CommitGroup:
@@ -71,3 +77,50 @@ class CommitGroup:
         attempts, self.attempts, self._size = self.attempts, [], 0
         self._batch.hold(0)
         return attempts
+
+
+class BeginRows:
+    """The begin rows waiting to go out, and when they are due on their own (see
+    :data:`BEGIN_WITHIN`): a row per attempt that began, by key: its process (a call's:
+    its worker's) and since when it waits."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[Any, tuple[int, str, float]] = {}
+        self._written = -math.inf  # when begin rows last went out
+
+    def add(self, key: Any, pid: int, start: str, now: float) -> None:
+        self._waiting[key] = (pid, start, now)
+
+    def drop(self, key: Any) -> None:
+        """The attempt's end row goes with or before its begin row: the begin is no news."""
+        self._waiting.pop(key, None)
+
+    def _oldest(self) -> float | None:
+        # the attempts live at once are few (--jobs)
+        return min((since for _p, _s, since in self._waiting.values()), default=None)
+
+    def due(self, now: float) -> bool:
+        """Whether rows wait that are due on their own: the oldest a window old, and none
+        written by themselves for a window (a run whose tasks outlast the window, as any
+        does on a crowded node, writes them at most once a window)."""
+        oldest = self._oldest()
+        if oldest is None or now - oldest < BEGIN_WITHIN:
+            return False
+        return now - self._written >= BEGIN_WITHIN
+
+    def next_due(self) -> float | None:
+        """When rows are due on their own next (None: none waits)."""
+        oldest = self._oldest()
+        return None if oldest is None else max(oldest, self._written) + BEGIN_WITHIN
+
+    def take(self, now: float) -> list[tuple[Any, int, str]]:
+        """The rows that go out with an append now: those half a window old or more (a
+        task that ends sooner needs none, and most do; the half: those that fall due before
+        the next window go along)."""
+        old = now - BEGIN_WITHIN / 2
+        due = [(k, pid, start) for k, (pid, start, since) in self._waiting.items() if since <= old]
+        for k, _pid, _start in due:
+            del self._waiting[k]
+        if due:
+            self._written = now
+        return due

@@ -1,5 +1,5 @@
 """What the batch schedulers' commands print, read: pure functions of the bytes a command
-wrote (and the time now), no command run here. :mod:`zotsink._run.scheduler` runs the
+wrote (and the time now), no command run here. :mod:`zotsink._run.backends` runs the
 commands; a parser meeting output it does not know says None ("cannot tell"), never
 "dead" or "no limit"."""
 

@@ -21,12 +21,11 @@ deadline, or when it waited longer than :data:`HOLD` behind slower tasks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from .attempt import Attempt, End
-from .commit import CommitGroup
+from .commit import BeginRows, CommitGroup
 from .events import (
     SIGKILL,
     SIGTERM,
@@ -94,11 +93,6 @@ LOOK_MOST: Final = 2.0
 #: own stop signal to come (``scancel`` signals every process at once): it is then
 #: interrupted by a stop, not killed by somebody.
 STOP_SETTLE: Final = 2.0
-#: Seconds a begin row may wait for the next append (a claim's, a commit's) before it is
-#: written on its own: a task that ends sooner needs none (its end row says it all), and a
-#: task that outlives its run (SIGKILLed meanwhile) is found by the mark in its
-#: environment until then.
-BEGIN_WITHIN: Final = 1.0
 #: Seconds a claimed task may wait to start behind slower tasks before it is given back,
 #: for another run with a free slot to take.
 HOLD: Final = 1.0
@@ -160,9 +154,7 @@ class RunState:
         self.group = CommitGroup(plan.commit_bytes)
         self._committing: dict[Key, Attempt] | None = None  # a commit under way
         self._ends: list[tuple[Any, list[End]]] = []  # end groups to write
-        # begin rows to write: key -> its process (a call's: its worker's), and since when
-        self._begins: dict[Key, tuple[int, str, float]] = {}
-        self._begins_written = -math.inf  # when begin rows last went out
+        self._begins = BeginRows()  # begin rows to write
         self._releases: list[Key] = []
         self.left_behind = 0  # tasks given back at a stop, a halt or the deadline
         self._workers: list[tuple[int, str]] = []
@@ -291,7 +283,7 @@ class RunState:
         if a is None:
             return
         a.began(self.now, ev.pid, ev.start)
-        self._begins[ev.key] = (ev.pid, ev.start, self.now)
+        self._begins.add(ev.key, ev.pid, ev.start, self.now)
         self.queue.ran()
         if self.plan.task_timeout is not None:
             a.limit(a.started + self.plan.task_timeout)
@@ -321,7 +313,7 @@ class RunState:
             return
         a.began(self.now, ev.pid, ev.start)
         # a call that runs on past the commit window is told as begun, in its worker
-        self._begins[ev.key] = (ev.pid, ev.start, self.now)
+        self._begins.add(ev.key, ev.pid, ev.start, self.now)
         if self.plan.task_timeout is not None:
             a.limit(a.started + self.plan.task_timeout)
         if self.stopping:
@@ -359,6 +351,8 @@ class RunState:
             a = self.live.pop(key, None)
             if a is None:
                 continue
+            # a call told as begun when it was sent, handed back unbegun: no begin row
+            self._begins.drop(key)
             self.started -= 1
             self.tries[key[0]] -= 1
             back.append((a.task, key[1], a.claimed_at))
@@ -539,8 +533,7 @@ class RunState:
             self._group(a, now)
 
     def _group(self, a: Attempt, now: float) -> None:
-        # its end row goes with or before its begin row: the begin is no news then
-        self._begins.pop(a.key, None)
+        self._begins.drop(a.key)
         self.group.add(a, now, a.own_time(), self.size.pop(a.key, 0))
         self.done += 1
         self.idle_since = now
@@ -689,35 +682,12 @@ class RunState:
         workers with whatever goes first."""
         if self._claiming:
             return
-        if self._ends or self._releases or self._begins_due():
+        if self._ends or self._releases or self._begins.due(self.now):
             self._out.append(self._rows(now=True))
 
-    def _begins_due(self) -> bool:
-        """Whether begin rows wait that are due on their own: the oldest a commit window
-        old, and none written by themselves for a window (a run whose tasks outlast the
-        window, as any does on a crowded node, writes them at most once a window)."""
-        oldest = self._oldest_begin()
-        if oldest is None or self.now - oldest < BEGIN_WITHIN:
-            return False
-        return self.now - self._begins_written >= BEGIN_WITHIN
-
-    def _oldest_begin(self) -> float | None:
-        """When the oldest begin row waiting was due (None: none waits); the attempts live
-        at once are few (--jobs)."""
-        return min((since for _p, _s, since in self._begins.values()), default=None)
-
     def _rows(self, *, now: bool) -> Rows:
-        # only begins half a commit window old or more: a task that ends sooner needs none
-        # (its end row says all), and most do; the half: those that fall due before the
-        # next window go along
-        old = self.now - BEGIN_WITHIN / 2
-        due = {k: b for k, b in self._begins.items() if b[2] <= old}
-        for k in due:
-            del self._begins[k]
-        if due:
-            self._begins_written = self.now
         rows = Rows(
-            begins=[(k, pid, start) for k, (pid, start, _since) in due.items()],
+            begins=self._begins.take(self.now),
             ends=self._ends,
             releases=self._releases,
             workers=self._workers,
@@ -793,9 +763,9 @@ class RunState:
             due.append(self.look_at)
         if self.queue.claimed_count and self.plan.hold > 0:
             due.append(self.now + self.plan.hold)
-        oldest = self._oldest_begin()
-        if oldest is not None:
-            due.append(max(oldest, self._begins_written) + BEGIN_WITHIN)
+        begins = self._begins.next_due()
+        if begins is not None:
+            due.append(begins)
         if self.relay is not None:
             check = self.relay.wake()
             if check is not None:

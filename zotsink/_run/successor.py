@@ -1,6 +1,6 @@
 """What a relay does in the world: the chain's rule applied under the ledger's lock, and
 successors submitted (``run --relay``, ``add --relay``). The decisions are
-:mod:`zotsink._run.relay`'s; the scheduler's commands :mod:`zotsink._run.scheduler`'s.
+:mod:`zotsink._run.relay`'s; the scheduler's commands :mod:`zotsink._run.backends`'s.
 
 - :class:`Desk`: a relay run's side. A check folds every row appended since into the run's
   view, asks the scheduler (without waiting: its last answers) about the elements the rows
@@ -11,7 +11,7 @@ successors submitted (``run --relay``, ``add --relay``). The decisions are
   the scheduler kept it (Slurm's ``scontrol write batch_script``, Grid Engine's
   ``JOB_SCRIPT``; PBS does not give it: ``--relay-script`` there), on stdin, its array
   directives dropped: one job. Its environment is this run's, without what the scheduler
-  set for this job (:meth:`~zotsink._run.scheduler.Backend.job_env`) nor this run's marks
+  set for this job (:meth:`~zotsink._run.backends.Backend.job_env`) nor this run's marks
   (``ZOTSINK_RUN``, a task's number), with ``ZOTSINK_RELAY`` naming the decision that
   submitted it (so that a stop that came while it was queued ends it too).
 - :func:`ensure_runner` (``zotsink add --relay SCRIPT``): after lines were added, a runner
@@ -38,18 +38,12 @@ from .._ledger.relay import Chain, relay_fields
 from .._ledger.view import LedgerView
 from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, job_alive, qualified_job
+from .backends import Backend, choose
 from .events import RelayCheck, RelayChecked, Submitted
 from .ledger import Ledger, header_of
 from .relay import TICKET_TTL, RelayPlan, decide
-from .scheduler import (
-    SCHEDULER_WAIT,
-    Backend,
-    Errand,
-    asker,
-    choose,
-    read_script,
-    scheduler_wait,
-)
+from .schedcmd import read_script
+from .scheduler import SCHEDULER_WAIT, Errand, asker, scheduler_wait
 from .tasks import runs
 
 __all__ = ["RELAY_VAR", "Desk", "RunnerOutcome", "ensure_runner", "relay_backend"]

@@ -235,7 +235,7 @@ class CallMeter:
     (not: every peak is None). Not for threads: one call at a time.
 
     The peak is read from ``/proc/self/status``, which the kernel writes whole at each read
-    (about 9 µs, most of a quick call's cost): it is read for every call of
+    (most of what measuring a quick call costs): it is read for every call of
     :data:`LONG_CALL` seconds or more, and for one quick call each :data:`SAMPLE_EVERY`
     seconds; the other quick calls' peaks are not measured (None). The reset before each
     call keeps every figure read the call's own. CPU is measured for every call.
