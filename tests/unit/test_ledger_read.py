@@ -16,9 +16,9 @@ import zotsink
 from tests.ledgers import Book
 from zotsink._core.records import MAX_LINE
 from zotsink._ledger.format import INITIAL, State, header_line, make_row
-from zotsink._ledger.read import Snapshot, restamp, row_blocks, rows_in, tail_state
+from zotsink._ledger.read import Snapshot, last_rows, restamp, row_blocks, rows_in, tail_state
 from zotsink._ledger.view import LedgerView
-from zotsink.errors import InputError
+from zotsink.errors import InputError, WriteError
 
 PACKAGE = Path(zotsink.__file__).parent
 _CUTS = ("find", "rfind", "index", "rindex", "split", "rsplit", "partition", "rpartition")
@@ -192,3 +192,30 @@ def test_spilled_rows_are_stamped_anew_under_the_lock(tmp_path: Path) -> None:
     assert [r.kind for r in rows] == ["end", "release"]  # type: ignore[union-attr]
     assert rows[0].state == state  # type: ignore[union-attr]
     assert rows[1].state == state._replace(xgen=5)  # type: ignore[union-attr]
+
+
+def test_a_client_that_reads_short_of_the_server_s_size_never_gives_an_older_row_s_state(
+    tmp_path: Path,
+) -> None:
+    """A GlusterFS client may know the server's size under the lock and still read only up
+    to the size it cached: the last row it reads is an older one, and a claim from its
+    state would take again what the rows after it claimed. The tail is not whole then:
+    read again, and never with that state."""
+    path = tmp_path / "out.tsv.ledger"
+    book = Book(path)
+    book.claim(1, 1, "t1").write()
+    seen = os.path.getsize(path)
+    book.claim(2, 1, "t2").write()
+    full = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        right = tail_state(str(path), fd, full, settle=False, coherent=False)
+        older = tail_state(str(path), fd, seen, settle=False, coherent=False)
+        assert (older.xgen, right.xgen) == (1, 2)  # two claims by number
+        # the server says `full + 100`: the rows past `full` cannot be read by this client
+        assert tail_state(str(path), fd, full + 100, settle=False, coherent=False) == INITIAL
+        with pytest.raises(WriteError, match="cannot read the ledger's last rows"):
+            tail_state(str(path), fd, full + 100, settle=True, coherent=True)
+        assert last_rows(fd, full + 100, 1 << 16) == []
+    finally:
+        os.close(fd)

@@ -207,6 +207,29 @@ def test_a_task_dead_of_a_stop_signal_waits_for_the_run_s_own() -> None:
     assert end.status == "killed"
 
 
+def test_a_task_dead_of_a_stop_signal_in_the_turn_of_the_run_s_own_is_interrupted() -> None:
+    """scancel signals every process of the job at once: the task's death and the run's
+    SIGTERM may be read in one turn, the death first. The task was stopped, not killed by
+    somebody, and a task that ended ok in that turn stays ok."""
+    r = Run(jobs=2)
+    r.queue.add([Candidate(T[1], 1), Candidate(T[2], 1)])
+    r.turn(free=2)
+    r.claimed((T[1], 1), (T[2], 1))
+    r.started(1, 2)
+    out = r.turn(
+        Exited((1, 1), -15, Usage()),
+        Drained((1, 1), 0),
+        Exited((2, 1), 0, Usage()),
+        Drained((2, 1), 0),
+        Signalled(signal.SIGTERM, 1),
+        at=1.0,
+    )
+    (commit,) = of(out, Commit)
+    out = r.turn(Committed([Placed(k, 0, 0, 0) for k in commit.keys]))
+    ends = [e for r_ in of(out, Rows) for _c, g in r_.ends for e in g]
+    assert {e.key: e.status for e in ends} == {(1, 1): "interrupted", (2, 1): "ok"}
+
+
 def test_pipes_left_open_are_drained_after_a_while() -> None:
     r = Run()
     r.queue.add([Candidate(T[1], 1)])

@@ -15,6 +15,7 @@ from .backoff import CREATE_RACE, tries
 __all__ = [
     "TAR_ENDINGS",
     "RefusedFile",
+    "ShortRead",
     "capped_lines",
     "file_kind",
     "fresh_stat",
@@ -90,6 +91,11 @@ def open_regular(path: str) -> tuple[int, os.stat_result]:
         raise
     os.close(fd)
     return -1, st
+
+
+class ShortRead(OSError):
+    """A file read short of the size its server gives (a client's cache lags): read it
+    again after a pause."""
 
 
 class RefusedFile(OSError):
@@ -389,14 +395,20 @@ def lines_backwards(fd: int, size: int, cap: int) -> Iterator[bytes | None]:
     """The lines of an open file's first ``size`` bytes, last first, without their
     newlines: first what follows the last newline (b"" when the bytes end with one), then
     each whole line; a line longer than ``cap`` comes as None, never held whole (a crash's
-    run of zero bytes where a row was being written). The one backward cutter: a reader of
-    a file's last lines (the ledger's last row) cuts them here."""
+    run of zero bytes where a row was being written). :class:`ShortRead` when the file
+    cannot be read up to ``size`` (a network client that knows the server's size and
+    still reads up to the size it cached). The one backward cutter: a reader of a file's
+    last lines (the ledger's last row) cuts them here."""
     end = size
     pending: list[bytes] = []  # the line being put together, read backwards, in order
     held = 0
     while end > 0:
         start = max(0, end - _BACK_WINDOW)
-        parts = os.pread(fd, end - start, start).split(b"\n")
+        block = os.pread(fd, end - start, start)
+        if end == size and len(block) < end - start:
+            # short of the end: whatever the read ends with is not the last line
+            raise ShortRead(errno.EAGAIN, f"read {len(block)} of the last {end - start} bytes")
+        parts = block.split(b"\n")
         for seg in reversed(parts[1:]):  # each is preceded by a newline in this window
             if held + len(seg) > cap:
                 yield None

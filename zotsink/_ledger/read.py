@@ -16,6 +16,7 @@ again until it has: rows passed by unread would let two runs claim one task).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import warnings
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from .._core.backoff import HEADER_SETTLE, tries
 from .._core.fileio import (
+    ShortRead,
     fresh_stat,
     line_blocks,
     lines_backwards,
@@ -281,7 +283,13 @@ def _tail(fd: int, size: int) -> tuple[State, bool]:
     """(the state of the last whole row before ``size``, whether the read reached ``size``
     with no zero bytes in its last line)."""
     lines = lines_backwards(fd, size, MAX_LINE)
-    tail = next(lines, None)  # after the last newline: nothing, or a row being written
+    try:
+        tail = next(lines, None)  # after the last newline: nothing, or a row being written
+    except ShortRead:
+        # a client that knows the server's size may still read only up to the size it
+        # cached (GlusterFS, for a moment): its read would end at an older row, whose
+        # state would claim again what the rows after it claimed
+        return INITIAL, False
     first = True
     whole = True
     for line in lines:
@@ -299,15 +307,16 @@ def last_rows(fd: int, size: int, limit: int) -> list[Row]:
     bytes), oldest first: what a run reads of the latest ends (a hint, not a count)."""
     rows: list[Row] = []
     seen = 0
-    for line in lines_backwards(fd, size, MAX_LINE):
-        if line is None:
-            continue
-        seen += len(line) + 1
-        if seen > limit:
-            break
-        row = parse_row(line)
-        if row is not None:
-            rows.append(row)
+    with contextlib.suppress(ShortRead):  # a client behind the server: no hint this time
+        for line in lines_backwards(fd, size, MAX_LINE):
+            if line is None:
+                continue
+            seen += len(line) + 1
+            if seen > limit:
+                break
+            row = parse_row(line)
+            if row is not None:
+                rows.append(row)
     rows.reverse()
     return rows
 

@@ -513,10 +513,15 @@ class RunState:
 
     def _ended(self, a: Attempt, now: float) -> None:
         del self.live[a.key]
-        if not self.stopping and a.ended_by is None and -a.code in STOPS:
-            self.settling[a.key] = now + STOP_SETTLE
-            self._settling[a.key] = a
-            return
+        if a.ended_by is None and -a.code in STOPS:
+            if self.stopping:
+                # died of a stop signal as the run was stopped (scancel signals every
+                # process of the job at once: the task's death may be read first)
+                a.interrupted()
+            else:
+                self.settling[a.key] = now + STOP_SETTLE
+                self._settling[a.key] = a
+                return
         self._group(a, now)
 
     def _settle(self, now: float) -> None:
