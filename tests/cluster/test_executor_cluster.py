@@ -210,15 +210,17 @@ def test_slurm_client_killed_halfway_attach_gives_every_result_once(
         call_id: [math.isqrt(value)] for call_id, _task, value in futures
     }
     assert calls.doubles() == []
+    # the nodes the calls ran on: one element that started first may have claimed every
+    # call (they were all listed before the elements began, and the first half is quick)
+    # and holds the second half queued in its workers behind the calls that wait
     hosts = {b[0][1].split()[0] for b in began.values()}
-    assert len(hosts) > 1, began  # the array's elements ran on several nodes
     records = committed(d)
     assert len(records) == n and len({r["id"] for r in records}) == n
     assert set(os.listdir(d)) == {
         "calls.jsonl", "executor.jsonl", "results.jsonl", "results.jsonl.ledger",
     }  # fmt: skip
     cluster_report(f"{fs}: {n} calls, 3 elements x 2, client killed halfway: "
-                   f"{time.monotonic() - t0:.1f} s")  # fmt: skip
+                   f"{time.monotonic() - t0:.1f} s, calls ran on {sorted(hosts)}")  # fmt: skip
 
 
 def test_slurm_cancel_futures_cancels_the_queued_elements(

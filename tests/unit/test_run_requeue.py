@@ -113,5 +113,10 @@ def test_a_requeued_element_s_attempts_are_its_own_in_status_by_element(tmp_path
     again = Book(ledger, hostid="n3.1", job="c:44", element="7+1")
     again.claim(2, 2, line="b").claim(3, line="c").begin(2, 2).end(2, 2).begin(3).end(3).write()
     table = dict(attempts_by(iter_attempts(tasks, ledger), "element"))
-    assert set(table) == {"c:44[7]", "c:44[7] restart 1"}
-    assert table["c:44[7] restart 1"]["attempts"] == 2 and table["c:44[7]"]["attempts"] == 1
+    # one cluster: the jobs are named as squeue names them
+    assert set(table) == {"44[7]", "44[7] restart 1"}
+    assert table["44[7] restart 1"]["attempts"] == 2 and table["44[7]"]["attempts"] == 1
+    # a job of a second cluster: each is named with its cluster
+    Book(ledger, hostid="n4.1", job="d:44", element="7").claim(3, 2, line="c").begin(3, 2).write()
+    table = dict(attempts_by(iter_attempts(tasks, ledger), "element"))
+    assert set(table) == {"c:44[7]", "c:44[7] restart 1", "d:44[7]"}

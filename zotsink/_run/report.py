@@ -219,11 +219,28 @@ class AttemptsBy:
             r["max_s"] = max(r["max_s"], a.seconds)
 
     def rows(self) -> list[tuple[str, dict[str, Any]]]:
-        """The sums, in the order of their names, each with its mean."""
-        for r in self._rows.values():
+        """The sums, in the order of their names, each with its mean. A job is named
+        ``CLUSTER:JOB`` where the scheduler names its cluster; when every job is of one
+        cluster (most sites have one), the name is the job's as ``squeue`` shows it."""
+        rows = self._rows
+        if self.by != "host":
+            clusters = {name.partition(":")[0] for name in rows if ":" in name}
+            if len(clusters) == 1:
+                rows = {}
+                for name, r in self._rows.items():
+                    bare = name.partition(":")[2] or name
+                    if bare in rows:  # the same job named with and without its cluster
+                        for col in BY_COLUMNS:
+                            if col == "max_s":
+                                rows[bare][col] = max(rows[bare][col], r[col])
+                            elif col != "mean_s":
+                                rows[bare][col] += r[col]
+                    else:
+                        rows[bare] = r
+        for r in rows.values():
             ended = r["attempts"] - r["running"]
             r["mean_s"] = r["busy_s"] / ended if ended else 0.0
-        return sorted(self._rows.items(), key=lambda kv: natural(kv[0]))
+        return sorted(rows.items(), key=lambda kv: natural(kv[0]))
 
 
 def attempts_by(attempts: Iterable[Attempt], by: str) -> list[tuple[str, dict[str, Any]]]:
