@@ -70,7 +70,7 @@ from .events import Key
 from .queue import Candidate
 from .tasks import Cursor, Task, read_ahead
 
-__all__ = ["ClaimResult", "Ledger", "header_of", "write_control"]
+__all__ = ["ClaimResult", "Ledger", "append_stamped", "header_of", "write_control"]
 
 
 class ClaimResult(NamedTuple):
@@ -532,13 +532,29 @@ def write_control(
     lines_field = "" if lines is None else str(lines)
     fields = [",".join(runs), note] if kind == "gone" else [lines_field]
 
-    def stamp(fd: int, st: os.stat_result, data: bytes) -> bytes:
+    def stamp(state: State, now: float) -> bytes:
+        return make_row(kind, now, "-", fields, advance(state, kind, fields))
+
+    append_stamped(path, stamp, lock=lock, timeout=timeout)
+
+
+def append_stamped(
+    path: str,
+    rows: Callable[[State, float], bytes],
+    *,
+    lock: str = "auto",
+    timeout: float = 600.0,
+) -> None:
+    """Append to the ledger at ``path`` (made when missing) the rows ``rows(state, now)``
+    makes, under its lock, fsynced: ``state`` is the one the last row carries, read there,
+    so that the rows are stamped in order with every other writer's. No rows: nothing is
+    written. Raises LockTimeout/LockError/WriteError."""
+
+    def stamp(fd: int, st: os.stat_result, _data: bytes) -> bytes:
         size = st.st_size
-        state = (
-            tail_state(path, fd, size, settle=True, coherent=writer.coherent) if size else INITIAL
-        )
-        state = advance(state, kind, fields)
-        return make_row(kind, time.time(), "-", fields, state)
+        coherent = writer.coherent
+        state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
+        return rows(state, time.time())
 
     writer = Writer(
         path, lock=lock, sync="fsync", header=header_of(path), side_file=True, prepare=stamp

@@ -40,7 +40,7 @@ from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, job_alive, qualified_job
 from .backends import Backend, choose
 from .events import RelayCheck, RelayChecked, Submitted
-from .ledger import Ledger, header_of
+from .ledger import Ledger, append_stamped, header_of
 from .relay import TICKET_TTL, RelayPlan, decide
 from .schedcmd import read_script
 from .scheduler import SCHEDULER_WAIT, Errand, asker, scheduler_wait
@@ -281,6 +281,7 @@ def ensure_runner(
         coherent = writer.coherent
         state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
         if size > seen:
+            # the rows since the scheduler was asked: a runner decided meanwhile counts
             _fold_relay(chain, Snapshot.under_lock(path, fd, size, seen), seen)
         now = time.time()
         rows: list[list[str]] = []
@@ -333,18 +334,6 @@ def _stamped(rows: list[list[str]], state: State, now: float, run: str) -> bytes
 
 def _append_rows(path: str, rows: list[list[str]], run: str, *, lock: str, timeout: float) -> None:
     """Append relay rows under the ledger's lock, stamped there."""
-
-    def stamp(fd: int, st: os.stat_result, _data: bytes) -> bytes:
-        size = st.st_size
-        coherent = writer.coherent
-        state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
-        return _stamped(rows, state, time.time(), run)
-
-    writer = Writer(
-        path, lock=lock, sync="fsync", header=header_of(path), side_file=True, prepare=stamp
+    append_stamped(
+        path, lambda state, now: _stamped(rows, state, now, run), lock=lock, timeout=timeout
     )
-    outlet = Outlet(writer, timeout=timeout)
-    try:
-        outlet.write_or_raise(b"")
-    finally:
-        outlet.close()
