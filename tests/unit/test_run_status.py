@@ -9,7 +9,7 @@ import pytest
 from tests.ledgers import Book
 from zotsink import UsageError
 from zotsink._run.status import parse_states, resubmit_specs, task_status, tasks_in
-from zotsink.cli.status import status_lines
+from zotsink.cli.status_words import status_lines
 
 #: 2026-01-01T00:00:00Z
 T0 = 1767225600.0
