@@ -102,7 +102,12 @@ def lines_waiting(tasks: str, at: int, *, closed: bool, lock: str, timeout: floa
     try:
         fd, size = snapshot(tasks, lock=lock, timeout=timeout)
     except (OSError, ZotsinkError):
-        return False
+        # not read now (its lock, a network filesystem's hiccup): bytes past the cursor are
+        # lines to come; "no work" here would end the chain with its work left
+        try:
+            return os.stat(tasks).st_size > at
+        except OSError:
+            return False
     try:
         size = max(size, fresh_stat(fd, wants_fsync(tasks))[2])
         if size <= at:
