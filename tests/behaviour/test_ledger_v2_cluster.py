@@ -113,7 +113,7 @@ def test_a_job_of_another_cluster_is_never_judged_dead_by_this_one(
     assert committed(d) == LINES[3:], r.stderr
     assert "3 tasks left running in runs whose life nothing here can tell" in r.stderr
     asked = (d / "asked").read_text().splitlines()
-    assert "-M othercluster -h -j 123_4 -o %T" in asked
+    assert "-M othercluster -h -j 123_4 -O State,RestartCnt" in asked  # its state and restarts
     assert not any(q.startswith("-h -j 123") for q in asked), "asked this cluster of its job"
     st = status(d, "unreachable")
     assert st["counts"]["running"] == 1 and st["counts"]["claimed"] == 2, st["counts"]  # type: ignore[index]
