@@ -733,7 +733,7 @@ def test_requeued_elements_keep_every_result_once(
     and the requeued elements' attempts are their own in ``status --by element``."""
     t0 = time.monotonic()
     job_dir, reader = gluster_dirs.node1, gluster_dirs.reader
-    witness = Witness(tmp_path / "w", seconds=1.0)
+    witness = Witness(tmp_path / "w", seconds=2.0)  # room for 30 requeues
     lines = [f"q{i:03d}" for i in range(1, 601)]
     (job_dir / "tasks.txt").write_text("".join(f"{ln}\n" for ln in lines))
     ledger = reader / "results.tsv.ledger"
@@ -768,10 +768,17 @@ def test_requeued_elements_keep_every_result_once(
             lambda: list(states().values()).count("RUNNING") == 4 and ok_counts(ledger),
             "four elements running",
         )
+        deadline = time.monotonic() + 600
         while sum(requeued.values()) < 30:
             live = sorted(e for e, s in states().items() if s == "RUNNING")
             if len(ok_counts(ledger)) > 560:
                 pytest.fail(f"the run is almost done after {sum(requeued.values())} requeues")
+            if not states() or time.monotonic() > deadline:
+                pytest.fail(
+                    f"no element queued or running after {sum(requeued.values())} requeues, "
+                    f"{len(ok_counts(ledger))} of 600 tasks ok: "
+                    + slurm_cluster.run("scontrol", "show", "job", job, check=False).stdout[-3000:]
+                )
             if live:
                 element = rng.choice(live)
                 got = slurm_cluster.run("scontrol", "requeue", element, check=False)
@@ -784,6 +791,9 @@ def test_requeued_elements_keep_every_result_once(
                         timeout=60,
                         poll=0.1,
                     )
+                    # the node's cleanup of the earlier start may lag its PENDING state (a
+                    # start at once then fails at launch, exit 1, and is not requeued)
+                    time.sleep(2.0)
                     slurm_cluster.run(
                         "scontrol", "update", f"jobid={element}", "starttime=now", check=False
                     )
