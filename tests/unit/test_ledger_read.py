@@ -18,7 +18,7 @@ from zotsink._core.records import MAX_LINE
 from zotsink._ledger.format import INITIAL, State, header_line, make_row
 from zotsink._ledger.read import Snapshot, last_rows, restamp, row_blocks, rows_in, tail_state
 from zotsink._ledger.view import LedgerView
-from zotsink.errors import InputError, WriteError
+from zotsink.errors import InputError
 
 PACKAGE = Path(zotsink.__file__).parent
 _CUTS = ("find", "rfind", "index", "rindex", "split", "rsplit", "partition", "rpartition")
@@ -194,28 +194,35 @@ def test_spilled_rows_are_stamped_anew_under_the_lock(tmp_path: Path) -> None:
     assert rows[1].state == state._replace(xgen=5)  # type: ignore[union-attr]
 
 
-def test_a_client_that_reads_short_of_the_server_s_size_never_gives_an_older_row_s_state(
-    tmp_path: Path,
+def test_a_client_that_reads_short_of_the_server_s_size_reads_again_before_it_trusts_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A GlusterFS client may know the server's size under the lock and still read only up
     to the size it cached: the last row it reads is an older one, and a claim from its
-    state would take again what the rows after it claimed. The tail is not whole then:
-    read again, and never with that state."""
+    state would take again what the rows after it claimed. Such a read is not trusted at
+    once: the client is made to ask the server again, and reads again, until its budget
+    is spent; only then does the last row it can read count."""
+    from zotsink._ledger import read
+
     path = tmp_path / "out.tsv.ledger"
     book = Book(path)
     book.claim(1, 1, "t1").write()
     seen = os.path.getsize(path)
     book.claim(2, 1, "t2").write()
     full = os.path.getsize(path)
+    asked: list[int] = []
+    real = read.fresh_stat
+    monkeypatch.setattr(read, "fresh_stat", lambda fd, c: asked.append(fd) or real(fd, c))
+    monkeypatch.setattr(read, "HEADER_SETTLE", read.HEADER_SETTLE.replace(budget=0.05))
     fd = os.open(path, os.O_RDONLY)
     try:
-        right = tail_state(str(path), fd, full, settle=False, coherent=False)
-        older = tail_state(str(path), fd, seen, settle=False, coherent=False)
+        right = tail_state(str(path), fd, full, settle=True, coherent=True)
+        older = tail_state(str(path), fd, seen, settle=True, coherent=True)
         assert (older.xgen, right.xgen) == (1, 2)  # two claims by number
+        assert asked == []  # a whole read is trusted at once
         # the server says `full + 100`: the rows past `full` cannot be read by this client
-        assert tail_state(str(path), fd, full + 100, settle=False, coherent=False) == INITIAL
-        with pytest.raises(WriteError, match="cannot read the ledger's last rows"):
-            tail_state(str(path), fd, full + 100, settle=True, coherent=True)
+        assert tail_state(str(path), fd, full + 100, settle=True, coherent=True) == right
+        assert len(asked) >= 2  # it asked the server again, and read again, first
         assert last_rows(fd, full + 100, 1 << 16) == []
     finally:
         os.close(fd)

@@ -259,15 +259,19 @@ def tail_state(path: str, fd: int, size: int, *, settle: bool, coherent: bool) -
     """The state the ledger's last whole row carries (:data:`INITIAL` when it has none),
     read from its end under the exclusive lock. ``size`` is the server's, when
     ``coherent``: a client that reads fewer bytes, or zero bytes where rows are, has not
-    caught up yet and reads again after pauses; one that never does raises
-    :class:`WriteError` (nothing is claimed). Without ``settle`` the first read counts."""
+    caught up yet and reads again after pauses. One that never reads zero bytes away
+    raises :class:`WriteError` (nothing is claimed); one whose reads stay short of the
+    server's size gets the state of the last row it can read, as a client that was not
+    told the server's size would. Without ``settle`` the first read counts."""
     if size == 0:
         return INITIAL
     for last in tries(HEADER_SETTLE):
-        state, whole = _tail(fd, size)
+        state, whole, short = _tail(fd, size)
         if whole or not settle or not coherent:
             return state
         if last:
+            if short:
+                return state
             raise WriteError(
                 f"{path}: this client cannot read the ledger's last rows up to the "
                 f"{size} bytes the server has (a network filesystem's cache); nothing was "
@@ -279,17 +283,21 @@ def tail_state(path: str, fd: int, size: int, *, settle: bool, coherent: bool) -
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _tail(fd: int, size: int) -> tuple[State, bool]:
+def _tail(fd: int, size: int) -> tuple[State, bool, bool]:
     """(the state of the last whole row before ``size``, whether the read reached ``size``
-    with no zero bytes in its last line)."""
+    with no zero bytes in its last line, whether it fell short of ``size``)."""
     lines = lines_backwards(fd, size, MAX_LINE)
     try:
         tail = next(lines, None)  # after the last newline: nothing, or a row being written
     except ShortRead:
         # a client that knows the server's size may still read only up to the size it
-        # cached (GlusterFS, for a moment): its read would end at an older row, whose
-        # state would claim again what the rows after it claimed
-        return INITIAL, False
+        # cached (GlusterFS, for a moment): its read ends at an older row, whose state
+        # would claim again what the rows after it claimed: read again first
+        cached = os.fstat(fd).st_size
+        if not 0 < cached < size:
+            return INITIAL, False, True
+        state, _whole, _short = _tail(fd, cached)
+        return state, False, True
     first = True
     whole = True
     for line in lines:
@@ -298,8 +306,8 @@ def _tail(fd: int, size: int) -> tuple[State, bool]:
             whole = line is not None and b"\0" not in line and b"\0" not in (tail or b"")
         state = row_state(line) if line else None
         if state is not None:
-            return state, whole
-    return INITIAL, whole
+            return state, whole, False
+    return INITIAL, whole, False
 
 
 def last_rows(fd: int, size: int, limit: int) -> list[Row]:
