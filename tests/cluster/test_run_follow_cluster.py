@@ -124,7 +124,9 @@ def test_slurm_follow_array_over_three_nodes_runs_each_added_line_once(
     assert {r["array_task"] for r in rows if r["event"] == "start"} == {"1", "2", "3"}
     for i in (1, 2, 3):  # each runner ended by itself, exit 0
         shown = slurm_cluster.run("scontrol", "show", "job", f"{job}_{i}").stdout
-        assert "JobState=COMPLETED" in shown, shown
+        out = tmp_path / f"slurm-{i}.out"
+        said = out.read_text(errors="replace")[-4000:] if out.exists() else "(no output)"
+        assert "JobState=COMPLETED" in shown, f"{shown}\nelement {i} said:\n{said}"
     cluster_report(f"{fs}: 3 runners, {len(added)} lines added: {time.monotonic() - t0:.1f} s")
 
 

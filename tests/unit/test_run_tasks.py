@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,18 @@ from hypothesis import strategies as st
 
 from zotsink import InputError, RecordError, UsageError, add_tasks
 from zotsink._arrays import chunk_of, chunk_range, scheduler_index, split_spec
-from zotsink._run.tasks import Task, read_tasks, runs, skipped, task_lines, task_of
+from zotsink._core.backoff import Policy
+from zotsink._run import tasks as tasks_mod
+from zotsink._run.tasks import (
+    Cursor,
+    Task,
+    read_ahead,
+    read_tasks,
+    runs,
+    skipped,
+    task_lines,
+    task_of,
+)
 
 
 def expand(spec: str) -> list[int]:
@@ -153,3 +165,48 @@ def test_unicode_whitespace_is_blank() -> None:
         assert skipped(comment.encode()) == "a comment"
     for task in ("a", "\xa0a", "a # b", "\udcff"):
         assert runs(task) and runs(task.encode("utf-8", "surrogateescape"))
+
+
+def _claimed_two(path: Path) -> Cursor:
+    got, cursor, _bad = read_ahead(path, Cursor(1, 0, 0, 0), 2, skip=lambda n: False,
+                                   closed_lines=None)  # fmt: skip
+    assert [t.line for t in got] == ["a", "b"]
+    return cursor
+
+
+def test_a_network_client_behind_the_list_reads_it_again_before_calling_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another node's claim went over lines this client has not seen yet (added through
+    # another mount): its first reads come back short, then as the server has them
+    path = tmp_path / "tasks.txt"
+    path.write_text("a\nb\nc\nd\n")
+    cursor = _claimed_two(path)
+    real, reads = os.pread, []
+
+    def behind(fd: int, n: int, at: int) -> bytes:
+        reads.append(at)
+        return b"" if len(reads) <= 2 else real(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", behind)
+    got, after, _bad = read_ahead(path, cursor, 2, skip=lambda n: False, closed_lines=None,
+                                  coherent=True)  # fmt: skip
+    assert [(t.num, t.line) for t in got] == [(3, "c"), (4, "d")]
+    assert (after.next, after.at, len(reads)) == (5, 8, 3)
+    # on a local disk the first read judges
+    reads.clear()
+    with pytest.raises(InputError, match="changed under the runs: its bytes before byte 4 "):
+        read_ahead(path, cursor, 2, skip=lambda n: False, closed_lines=None)
+    assert len(reads) == 1
+
+
+def test_a_list_still_rewritten_once_the_network_client_settled_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "tasks.txt"
+    path.write_text("a\nb\nc\n")
+    cursor = _claimed_two(path)
+    path.write_text("x\ny\nc\n")  # rewritten: no client's cache makes this right
+    monkeypatch.setattr(tasks_mod, "HEADER_SETTLE", Policy(1e-3, 4e-3, jitter=False, budget=0.05))
+    with pytest.raises(InputError, match="changed under the runs"):
+        read_ahead(path, cursor, 2, skip=lambda n: False, closed_lines=None, coherent=True)

@@ -414,6 +414,7 @@ class Ledger:
                     more,
                     skip=self.claimed_by_name,
                     closed_lines=want.closed_lines,
+                    coherent=self.writer.coherent,
                 )
                 tasks.extend((t, 1, False) for t in got)
                 drained = len(got) < more

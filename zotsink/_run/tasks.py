@@ -19,7 +19,8 @@ import os
 from collections.abc import Callable, Container, Sequence
 from typing import NamedTuple
 
-from .._core.fileio import line_blocks
+from .._core.backoff import HEADER_SETTLE, tries
+from .._core.fileio import fresh_stat, line_blocks
 from ..errors import InputError
 
 __all__ = [
@@ -164,6 +165,7 @@ def read_ahead(
     *,
     skip: Callable[[int], bool],
     closed_lines: int | None,
+    coherent: bool = False,
 ) -> tuple[list[Task], Cursor, list[int]]:
     """Up to ``want`` tasks of the task list from ``start`` (a claim's cursor, under the
     ledger's lock): the tasks, where the cursor is after them, and the numbers of lines
@@ -173,14 +175,15 @@ def read_ahead(
     The list's bytes the last claim went over (``start.span`` bytes ending at ``start.at``)
     must be the ones that claim read (their CRC, ``start.span_crc``): a list rewritten
     under the runs (emptied and filled anew, truncated, edited) raises
-    :class:`InputError`, and nothing is claimed. Lines are taken whole; a last line
-    without its newline is being written and waits, unless the list is closed at
-    ``closed_lines`` lines and it is one of them. ``skip(num)``: a line claimed by name
-    since (another run's chunk), passed over."""
-    import zlib
-
+    :class:`InputError`, and nothing is claimed. On a network filesystem (``coherent``)
+    that is judged only once this client has read the list again from the server for
+    :data:`.backoff.HEADER_SETTLE`'s budget: a client that has not yet seen lines another
+    node's claim read (``zotsink add`` through another mount) reads them short or as zero
+    bytes for a moment. Lines are taken whole; a last line without its newline is being
+    written and waits, unless the list is closed at ``closed_lines`` lines and it is one
+    of them. ``skip(num)``: a line claimed by name since (another run's chunk), passed
+    over."""
     p = os.fspath(path)
-    begin = start.at - start.span
     try:
         fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
@@ -188,15 +191,7 @@ def read_ahead(
     try:
         window = max(1 << 16, 256 * want)
         while True:
-            data = os.pread(fd, start.span + window, begin)
-            if start.span and zlib.crc32(data[: start.span]) != start.span_crc:
-                raise InputError(
-                    f"the task list {p} changed under the runs: its bytes before byte "
-                    f"{start.at} are no longer the lines they claimed (emptied, truncated, "
-                    "edited or replaced); lines may only ever be added at its end "
-                    f"(`zotsink add {p} LINE`): nothing more is claimed",
-                    path=p,
-                )
+            data = _read_from(fd, p, start, start.span + window, coherent)
             eof = len(data) < start.span + window
             tasks, cursor, bad, more = _take(data, start, want, skip, closed_lines, eof)
             if not more or eof:
@@ -204,6 +199,32 @@ def read_ahead(
             window *= 4  # a window of long lines, or of lines passed over: read further
     finally:
         os.close(fd)
+
+
+#: A local disk's read is the file as it is: one read judges.
+_AT_ONCE = HEADER_SETTLE.replace(tries=1)
+
+
+def _read_from(fd: int, p: str, start: Cursor, n: int, coherent: bool) -> bytes:
+    """``n`` bytes of the list open at ``fd`` from the start of the last claim's span,
+    once those the span covers are the ones it read (see :func:`read_ahead`)."""
+    import zlib
+
+    begin = start.at - start.span
+    for last in tries(HEADER_SETTLE if coherent else _AT_ONCE):
+        data = os.pread(fd, n, begin)
+        if not start.span or zlib.crc32(data[: start.span]) == start.span_crc:
+            return data
+        if last:
+            break
+        fresh_stat(fd, True)  # the server's answer refreshes what this client caches
+    raise InputError(
+        f"the task list {p} changed under the runs: its bytes before byte "
+        f"{start.at} are no longer the lines they claimed (emptied, truncated, "
+        "edited or replaced); lines may only ever be added at its end "
+        f"(`zotsink add {p} LINE`): nothing more is claimed",
+        path=p,
+    )
 
 
 def _take(
