@@ -21,6 +21,7 @@ from zotsink._ledger.format import (
     header_format,
     header_line,
     make_row,
+    ok_spans,
     parse_end_items,
     parse_row,
     parse_settings,
@@ -152,3 +153,21 @@ def test_what_each_kind_of_row_moves_in_the_state(
     assert after.xgen == INITIAL.xgen + (moved == "xgen")
     assert after.ctl == INITIAL.ctl + (moved == "ctl")
     assert after[:4] == INITIAL[:4]  # the cursor moves only with a cursor's claim
+
+
+@given(st.lists(ITEMS, max_size=40), st.booleans(), st.integers(1, 10**6))
+def test_the_ok_items_of_an_end_row_are_read_as_runs_of_numbers(
+    items: list[EndItem], consecutive: bool, first: int
+) -> None:
+    # a worker's group ends tasks it claimed in a row: consecutive numbers, left out
+    if consecutive:
+        items = [it._replace(num=first + i) for i, it in enumerate(items)]
+    items = [it._replace(code="0") if it.status == "ok" else it for it in items]
+    spans = ok_spans(end_items_text(items))
+    if any(it.status != "ok" for it in items):
+        assert spans is None
+        return
+    assert spans is not None
+    assert [n for a, count in spans for n in range(a, a + count)] == [it.num for it in items]
+    if consecutive and items:
+        assert spans == [(first, len(items))] or any(it.attempt != 1 for it in items)

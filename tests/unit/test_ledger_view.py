@@ -12,7 +12,7 @@ import pytest
 from tests.ledgers import Book
 from zotsink._ledger.control import Control
 from zotsink._ledger.format import header_line
-from zotsink._ledger.pieces import OutFile, piece_problem
+from zotsink._ledger.pieces import OutFile, out_file, piece_problem
 from zotsink._ledger.read import Snapshot
 from zotsink._ledger.view import LedgerView, RunRecord
 
@@ -215,3 +215,37 @@ def test_control_rows_are_no_task_s_history(tmp_path: Path) -> None:
     view = view_of(path, {1: "a", 2: "b"})
     view.settle(None)
     assert view.counts()["never"] == 2 and view.runs == []
+
+
+def test_a_run_s_lean_view_says_what_the_whole_fold_says(tmp_path: Path, zotsink: Any) -> None:
+    """A run folds other runs' ok ends as counts, their pieces decoded when asked: the
+    states, the parts of OUT, the counts per run and the failures are the whole fold's."""
+    (tmp_path / "f.py").write_text(
+        "def task(line):\n"
+        "    n = int(line)\n"
+        "    if n % 7 == 0:\n"
+        "        raise ValueError(line)\n"
+        "    return {'n': n, 'pad': 'x' * (n % 5)}\n"
+    )
+    (tmp_path / "tasks.txt").write_text("".join(f"{n}\n" for n in range(1, 301)))
+    for _ in range(2):  # the failures tried again, and some ok tasks run again (--rerun)
+        r = zotsink("run", "tasks.txt", "out.tsv", "--pull", "--jobs", "2", "--call",
+                    "f.py:task", "--retries", "1")  # fmt: skip
+        assert r.returncode == 1, r.stderr  # the multiples of 7 fail
+    r = zotsink("run", "tasks.txt", "out.tsv", "--pull", "--call", "f.py:task", "--rerun")
+    assert r.returncode == 1, r.stderr
+    ledger = tmp_path / "out.tsv.ledger"
+    full = view_of(ledger, pieces=True)
+    lean = view_of(ledger, pieces=True, lean=True)
+    assert lean.code == full.code
+    assert [(r.ok, r.not_ok, r.claimed) for r in lean.runs] == [
+        (r.ok, r.not_ok, r.claimed) for r in full.runs
+    ]
+    assert lean.fails.keys() == full.fails.keys() == {n for n in range(7, 301, 7)}
+    assert lean.procs == full.procs
+    out = out_file(tmp_path / "out.tsv")
+    assert lean.claims(out) == full.claims(out)
+    assert len(full.claims(None).parts) == 300 - 300 // 7
+    for view in (full, lean):
+        view.settle(None)
+    assert [lean.state(n) for n in range(1, 301)] == [full.state(n) for n in range(1, 301)]

@@ -60,6 +60,7 @@ runs) and two counters, ``xgen`` (rows that claimed or freed tasks by name) and 
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple
@@ -88,6 +89,7 @@ __all__ = [
     "line_crc",
     "make_row",
     "notes_text",
+    "ok_spans",
     "parse_begin_items",
     "parse_blocks",
     "parse_element",
@@ -452,6 +454,30 @@ def parse_end_items(text: str) -> list[EndItem]:
         )
         prev_num = num
     return items
+
+
+#: An item whose status is not empty (not ``ok``), and an item that names its number.
+_NOT_OK_ITEM: Final = re.compile(r"(?:^|,)[0-9.]*:[^:]")
+_NAMED_ITEM: Final = re.compile(r"(?:^|,)([0-9]+)[.:]")
+
+
+def ok_spans(text: str) -> list[tuple[int, int]] | None:
+    """The task numbers of an ``end`` row's ``items`` (see :func:`end_items_text`) as runs
+    of consecutive numbers, ``(first, count)``, when every item is ``ok``; None when one
+    is not. Found by two scans at C speed: what a run folds of the ok ends of other runs,
+    which it needs as counts, not items."""
+    if not text:
+        return []
+    if not text[0].isdigit() or _NOT_OK_ITEM.search(text) is not None:
+        return None
+    named = [(m.start(1), int(m.group(1))) for m in _NAMED_ITEM.finditer(text)]
+    spans: list[tuple[int, int]] = []
+    for i, (at, first) in enumerate(named):
+        if i + 1 < len(named):
+            spans.append((first, text.count(",", at, named[i + 1][0])))
+        else:
+            spans.append((first, text.count(",", at) + 1))
+    return spans
 
 
 class Block(NamedTuple):

@@ -160,7 +160,7 @@ class Ledger:
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
         # this run's knowledge of every task, with the part of OUT each ok end claims (an
         # OUT renamed or emptied since makes those tasks run again)
-        self.view = LedgerView(pieces=True)
+        self.view = LedgerView(pieces=True, lean=True)
         self._seen = 0  # ledger bytes folded into the view: rows past it are news
         self._began = 0  # the ledger's size when this run began (a stop after it is for it)
         self._known = (-1, -1)  # (xgen, ctl) the view is up to date with
