@@ -252,3 +252,18 @@ def test_a_claim_by_number_sees_the_cursor_s_claims_since_it_last_read(tmp_path:
     assert [c.task.num for c in got.dropped] == [2, 3, 4, 5]
     chunk.close()
     pull.close()
+
+
+def test_a_claim_handed_more_by_name_than_it_takes_drops_the_taken_and_gives_the_rest_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "l"
+    t = tasks(tmp_path, 5)
+    late = opened(path, t)
+    Book(path, pid=4242).claim(1, 1, "line1").claim(4, 1, "line4").write()  # since the look
+    named = [Candidate(Task(n, f"line{n}"), 1) for n in range(1, 6)]
+    got = late.claim(2, named, cursor=False, closed_lines=None)
+    assert [(x.num, a) for x, a in got.tasks] == [(2, 1), (3, 1)]
+    assert [c.task.num for c in got.dropped] == [1, 4]
+    assert [c.task.num for c in got.rest] == [5]  # free, beyond the two: asked again later
+    late.close()

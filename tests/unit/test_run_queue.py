@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zotsink._run.queue import Candidate, TaskQueue
+from zotsink._run.queue import ASK_BEYOND, Candidate, TaskQueue
 from zotsink._run.tasks import Task
 
 T = [Task(n, f"t{n}") for n in range(20)]
@@ -11,11 +11,25 @@ T = [Task(n, f"t{n}") for n in range(20)]
 def test_tasks_by_name_are_asked_in_order_and_an_own_retry_goes_first() -> None:
     q = TaskQueue("chunk")
     q.add([Candidate(T[1], 1), Candidate(T[2], 1), Candidate(T[3], 1)])
-    assert [c.task.num for c in q.ask(2)] == [1, 2]
-    q.claimed([(T[1], 1), (T[2], 1)], [], 0.0, drained=True)
+    asked = q.ask(2)  # a claim of two is handed more: it drops those taken since the look
+    assert [c.task.num for c in asked] == [1, 2, 3]
+    q.claimed([(T[1], 1), (T[2], 1)], [], 0.0, drained=True, rest=asked[2:])
     assert q.next() == (T[1], 1, 0.0)
     q.retry(T[1], 1)
     assert [(c.task.num, c.attempt) for c in q.ask(5)] == [(1, 2), (3, 1)]
+
+
+def test_a_claim_is_handed_a_bounded_number_of_tasks_by_name_and_gives_the_free_back() -> None:
+    q = TaskQueue("pull")
+    tasks = [Task(n, f"t{n}") for n in range(1, 3001)]
+    q.add([Candidate(t, 1) for t in tasks])
+    asked = q.ask(3)
+    assert len(asked) == 3 + ASK_BEYOND
+    # another run took 1 and 5 since the look: dropped; 2-4 claimed; the rest given back
+    q.claimed([(tasks[n - 1], 1) for n in (2, 3, 4)], [asked[0], asked[4]], 0.0,
+              drained=False, rest=asked[5:])  # fmt: skip
+    assert q.elsewhere == 2 and q.pending == 3000 - 5
+    assert [c.task.num for c in q.ask(0)][:3] == [6, 7, 8]
 
 
 def test_a_claim_not_written_gives_its_tasks_back_in_order() -> None:

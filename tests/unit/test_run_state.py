@@ -79,8 +79,14 @@ class Run:
             free = self.jobs - len(self.state.live)
         return self.state.handle([Turn(self.now, free), *events])
 
-    def claimed(self, *tasks: tuple[Task, int], drained: bool = True) -> list[Any]:
-        return self.turn(Claimed(list(tasks), drained))
+    def claimed(
+        self, *tasks: tuple[Task, int], drained: bool = True, taken: tuple[int, ...] = ()
+    ) -> list[Any]:
+        """The claim written as the ledger writes it: ``tasks`` claimed, the numbers
+        ``taken`` by another run since the look dropped, the other tasks asked given back."""
+        got = {t.num for t, _a in tasks} | set(taken)
+        rest = [c for c in self.state._asked if c.task.num not in got]
+        return self.turn(Claimed(list(tasks), drained, rest=rest))
 
     def started(self, *nums: int, attempt: int = 1) -> list[Any]:
         return self.turn(*(Started((n, attempt), 1000 + n, "s") for n in nums))
@@ -99,7 +105,8 @@ def test_a_run_claims_starts_commits_and_writes_each_end() -> None:
     r.queue.add([Candidate(T[1], 1), Candidate(T[2], 1)])
     out = r.turn()
     (claim,) = of(out, Claim)
-    assert claim.n == 1 and [c.task.num for c in claim.explicit] == [1]
+    # asked for one, handed both: the claim drops those another run took since the look
+    assert claim.n == 1 and [c.task.num for c in claim.explicit] == [1, 2]
     assert of(r.claimed((T[1], 1)), Start) == [Start([(T[1], 1)])]
     out = r.started(1)
     assert of(out, Rows) == []  # a begin row waits for the next append, or a while
@@ -118,7 +125,7 @@ def test_a_retry_goes_first_with_its_next_attempt() -> None:
     r = Run(retries=1)
     r.queue.add([Candidate(T[1], 1), Candidate(T[2], 1)])
     (claim,) = of(r.turn(), Claim)
-    assert [c.task.num for c in claim.explicit] == [1]
+    assert claim.n == 1 and [c.task.num for c in claim.explicit] == [1, 2]
     r.claimed((T[1], 1))
     r.started(1)
     r.ends(1, code=3)

@@ -190,6 +190,7 @@ class Claimed(NamedTuple):
     drained: bool
     passed: Sequence[int] = ()
     stopped: bool = False  # a stop row came for this run
+    rest: Sequence[Any] = ()  # asked by name, still free, not claimed: candidates again
 
 
 class ClaimFailed(NamedTuple):

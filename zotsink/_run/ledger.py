@@ -83,6 +83,7 @@ class ClaimResult(NamedTuple):
     drained: bool
     passed: list[int]
     stopped: bool
+    rest: list[Candidate]  # asked by name, still free, beyond the ``n`` claimed
 
 
 class _Want(NamedTuple):
@@ -319,7 +320,8 @@ class Ledger:
         self, n: int, named: Sequence[Candidate], *, cursor: bool, closed_lines: int | None
     ) -> ClaimResult:
         """Claim up to ``n`` tasks, those ``named`` first (each dropped when another run
-        claimed it since: its next attempt is not the one named), then the cursor's, with
+        claimed it since: its next attempt is not the one named; those free beyond ``n``
+        given back as ``rest``), then the cursor's, with
         the rows waiting, in one locked, fsynced append (see the module's docstring).
         Raises like :meth:`flush` (nothing claimed then), and :class:`UsageError` when
         another run recorded other settings meanwhile."""
@@ -393,6 +395,7 @@ class Ledger:
         stopped = self.stopped
         tasks: list[tuple[Task, int, bool]] = []
         dropped: list[Candidate] = []
+        rest: list[Candidate] = []
         passed: list[int] = []
         drained = not want.cursor
         if not stopped and self._conflict is None:
@@ -401,10 +404,12 @@ class Ledger:
                 # claimed by another run since the look (or since this run's own attempt
                 # before a retry, which this run's view need not hold): its attempt moved
                 seen = view.attempt[num] if num < len(view.code) else 0
-                if seen < c.attempt:
+                if seen >= c.attempt:
+                    dropped.append(c)  # another run claimed it since the look
+                elif len(tasks) < want.n:
                     tasks.append((c.task, c.attempt, c.fresh))
                 else:
-                    dropped.append(c)  # another run claimed it since the look
+                    rest.append(c)
             more = want.n - len(tasks)
             if want.cursor and more > 0:
                 start = Cursor(state.next, state.at, state.span, state.span_crc)
@@ -422,7 +427,7 @@ class Ledger:
                     next=after.next, at=after.at, span=after.span, span_crc=after.span_crc
                 )
         self._result = ClaimResult(
-            [(t, a) for t, a, _f in tasks], dropped, drained, passed, stopped
+            [(t, a) for t, a, _f in tasks], dropped, drained, passed, stopped, rest
         )
         if not tasks:
             return state

@@ -233,7 +233,7 @@ class Pool:
             log = self.output.log_lines(0, 0)
             for num in got.passed:
                 log.line(f"zotsink: line {num} of the task list holds a NUL byte: no task".encode())
-        return Claimed(got.tasks, got.drained, got.passed, got.stopped)
+        return Claimed(got.tasks, got.drained, got.passed, got.stopped, got.rest)
 
     def _commit(self, ins: Commit) -> Committed:
         captures = self.backend.take(ins.keys)

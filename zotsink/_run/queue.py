@@ -30,11 +30,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from .tasks import Task
 
-__all__ = ["Candidate", "Mode", "TaskQueue"]
+__all__ = ["ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
+
+#: Tasks by name a claim is handed beyond those it may take: under the lock it drops those
+#: another run claimed since the look and gives the free ones back. Tasks given back by a
+#: run are found by every look at once; a run that asked for them one claim at a time
+#: took the lock once for each that another run had already taken (thousands of empty
+#: appends with 64 runs).
+ASK_BEYOND: Final = 1024
 
 #: Where a run's tasks come from: its chunk, the cursor over the whole list, the cursor
 #: over a list that grows.
@@ -157,10 +164,11 @@ class TaskQueue:
         return self.waiting and ready and (free > 0 or idle)
 
     def ask(self, n: int) -> list[Candidate]:
-        """The first ``n`` tasks to claim by name, handed to the claim (own retries first);
-        :meth:`claimed` or :meth:`unasked` says what became of them."""
+        """The first tasks to claim by name, handed to a claim of ``n`` (own retries first),
+        :data:`ASK_BEYOND` more than it may take; :meth:`claimed` or :meth:`unasked` says
+        what became of them."""
         asked: list[Candidate] = []
-        while len(asked) < n and (self._retries or self._named):
+        while len(asked) < n + ASK_BEYOND and (self._retries or self._named):
             asked.append(self._retries.popleft() if self._retries else self._named.popleft())
         self._asked = asked
         return asked
@@ -190,10 +198,14 @@ class TaskQueue:
         *,
         drained: bool,
         taken_over: int = 0,
+        rest: Sequence[Candidate] = (),
     ) -> None:
         """The claim was written: ``tasks`` wait to start; ``dropped`` were another run's
-        meanwhile; ``drained``: the cursor has no more for now."""
+        meanwhile; ``drained``: the cursor has no more for now; ``rest``: asked, still
+        free, beyond what the claim took: candidates again, first, in order."""
         self._asked = []
+        for c in reversed(rest):
+            self._named.appendleft(c)
         self.elsewhere += len(dropped)
         self.taken_over += taken_over
         for task, attempt in tasks:

@@ -395,12 +395,15 @@ class RunState:
             self.stopped_by_row = True
             self.queue.stop()
         got = {t.num for t, _a in ev.tasks}
-        dropped = [c for c in self._asked if c.task.num not in got]
+        kept = {c.task.num for c in ev.rest}
+        dropped = [c for c in self._asked if c.task.num not in got and c.task.num not in kept]
         taken = sum(1 for c in self._asked if c.task.num in got and c.taken)
         for c in self._asked:
             if c.failures and c.task.num in got:
                 self.failures[c.task.num] = c.failures
-        self.queue.claimed(ev.tasks, dropped, self.now, drained=ev.drained, taken_over=taken)
+        self.queue.claimed(
+            ev.tasks, dropped, self.now, drained=ev.drained, taken_over=taken, rest=ev.rest
+        )
         if ev.tasks:
             self.look_wait = LOOK_FIRST
         elif dropped:
