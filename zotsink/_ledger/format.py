@@ -456,27 +456,31 @@ def parse_end_items(text: str) -> list[EndItem]:
     return items
 
 
-#: An item whose status is not empty (not ``ok``), and an item that names its number.
-_NOT_OK_ITEM: Final = re.compile(r"(?:^|,)[0-9.]*:[^:]")
-_NAMED_ITEM: Final = re.compile(r"(?:^|,)([0-9]+)[.:]")
+#: The bytes of ok items (numbers, their separators, ``~`` and ``-``): any other byte (a
+#: status's letters) sends an ``end`` row to the item-by-item read.
+_OK_ITEM_BYTES: Final = b"0123456789:,.-/~"
+#: An item that names its number (after the first), and the first item's number.
+_NAMED_ITEM: Final = re.compile(r",([0-9]+)")
+_FIRST_NUMBER: Final = re.compile(r"[0-9]+")
 
 
 def ok_spans(text: str) -> list[tuple[int, int]] | None:
     """The task numbers of an ``end`` row's ``items`` (see :func:`end_items_text`) as runs
     of consecutive numbers, ``(first, count)``, when every item is ``ok``; None when one
-    is not. Found by two scans at C speed: what a run folds of the ok ends of other runs,
-    which it needs as counts, not items."""
+    may not be. Found by scans at C speed, a step per item that names its number: what a
+    run folds of the ok ends of other runs, which it needs as counts, not items."""
     if not text:
         return []
-    if not text[0].isdigit() or _NOT_OK_ITEM.search(text) is not None:
+    first = _FIRST_NUMBER.match(text)
+    if first is None or text.encode().translate(None, _OK_ITEM_BYTES):
         return None
-    named = [(m.start(1), int(m.group(1))) for m in _NAMED_ITEM.finditer(text)]
     spans: list[tuple[int, int]] = []
-    for i, (at, first) in enumerate(named):
-        if i + 1 < len(named):
-            spans.append((first, text.count(",", at, named[i + 1][0])))
-        else:
-            spans.append((first, text.count(",", at) + 1))
+    at, num = 0, int(first.group())
+    for m in _NAMED_ITEM.finditer(text):
+        p = m.start()
+        spans.append((num, text.count(",", at, p) + 1))
+        at, num = p + 1, int(m.group(1))
+    spans.append((num, text.count(",", at) + 1))
     return spans
 
 
