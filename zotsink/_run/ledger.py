@@ -398,7 +398,9 @@ class Ledger:
         rest: list[Candidate] = []
         passed: list[int] = []
         drained = not want.cursor
-        if not stopped and self._conflict is None:
+        if stopped or self._conflict is not None:
+            rest.extend(want.named)  # nothing claimed: none of them was another run's
+        else:
             for c in want.named:
                 num = c.task.num
                 # claimed by another run since the look (or since this run's own attempt
