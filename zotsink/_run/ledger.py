@@ -552,16 +552,21 @@ def append_stamped(
     *,
     lock: str = "auto",
     timeout: float = 600.0,
+    read: Callable[[int, int], None] | None = None,
 ) -> None:
     """Append to the ledger at ``path`` (made when missing) the rows ``rows(state, now)``
     makes, under its lock, fsynced: ``state`` is the one the last row carries, read there,
-    so that the rows are stamped in order with every other writer's. No rows: nothing is
-    written. Raises LockTimeout/LockError/WriteError."""
+    so that the rows are stamped in order with every other writer's. ``read(fd, size)``,
+    called under the lock first, may read the ledger's rows (open at ``fd``, of ``size``
+    bytes) that ``rows`` decides on. No rows: nothing is written. Raises
+    LockTimeout/LockError/WriteError."""
 
     def stamp(fd: int, st: os.stat_result, _data: bytes) -> bytes:
         size = st.st_size
         coherent = writer.coherent
         state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
+        if read is not None:
+            read(fd, size)
         return rows(state, time.time())
 
     writer = Writer(

@@ -28,19 +28,17 @@ from typing import Any, Final, NamedTuple
 
 from .._core.fileio import fresh_stat, line_blocks
 from .._core.fsinfo import wants_fsync
-from .._core.outlet import Outlet
 from .._core.snapshot import snapshot
 from .._core.stamp import ATTEMPT_VAR, TASKNUM_VAR
-from .._core.writer import Writer
-from .._ledger.format import INITIAL, State, advance, make_row, parse_row
-from .._ledger.read import Snapshot, tail_state
+from .._ledger.format import State, advance, make_row, parse_row
+from .._ledger.read import Snapshot
 from .._ledger.relay import Chain, relay_fields
 from .._ledger.view import LedgerView
 from ..errors import UsageError, ZotsinkError
 from .alive import RUN_VAR, job_alive, qualified_job
 from .backends import Backend, choose
 from .events import RelayCheck, RelayChecked, Submitted
-from .ledger import Ledger, append_stamped, header_of
+from .ledger import Ledger, append_stamped
 from .relay import TICKET_TTL, RelayPlan, decide
 from .schedcmd import read_script
 from .scheduler import SCHEDULER_WAIT, Errand, asker, scheduler_wait
@@ -281,14 +279,12 @@ def ensure_runner(
     run = os.urandom(4).hex()  # the rows' writer: no run, one decision
     counted: list[int] = []
 
-    def under_lock(fd: int, st: os.stat_result, _data: bytes) -> bytes:
-        size = st.st_size
-        coherent = writer.coherent
-        state = tail_state(path, fd, size, settle=True, coherent=coherent) if size else INITIAL
+    def read(fd: int, size: int) -> None:
         if size > seen:
             # the rows since the scheduler was asked: a runner decided meanwhile counts
             _fold_relay(chain, Snapshot.under_lock(path, fd, size, seen), seen)
-        now = time.time()
+
+    def runner_rows(state: State, now: float) -> bytes:
         rows: list[list[str]] = []
         takers = len(chain.pending(now, TICKET_TTL))
         for job, el in chain.open().items():
@@ -303,14 +299,7 @@ def ensure_runner(
         counted.append(takers)
         return _stamped(rows, state, now, run)
 
-    writer = Writer(
-        path, lock=lock, sync="fsync", header=header_of(path), side_file=True, prepare=under_lock
-    )
-    outlet = Outlet(writer, timeout=timeout)
-    try:
-        outlet.write_or_raise(b"")
-    finally:
-        outlet.close()
+    append_stamped(path, runner_rows, lock=lock, timeout=timeout, read=read)
     takers = counted[-1]
     if takers:
         return RunnerOutcome(takers, None, f"{takers} element(s) queued or running take it", made)
