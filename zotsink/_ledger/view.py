@@ -106,9 +106,6 @@ _GIVEN_UP, _INTERRUPTED = _CODE["given-up"], _CODE["interrupted"]
 _BEGUN: Final = len(STATES)  # before settling: begun (running or lost, by its process)
 _RELEASED: Final = _BEGUN + 1  # before settling: given back (never)
 _UNCHECKED: Final = object()  # settle(): OUT not to be checked
-#: ``piece_off`` of an ok task whose end row a lean view has not decoded yet: its
-#: ``piece_blk`` is the row's index in ``_lazy``
-_DEFERRED: Final = -2
 _FAILING_CODES: Final = frozenset(_CODE[s] for s in FAILING)
 _END_CODES: Final = {s: _CODE[s] for s in ("ok", *FAILING, "interrupted")}
 #: bytes.translate table: 1 for the codes a look must judge, 0 for ok and never
@@ -130,12 +127,11 @@ class LedgerView:
         self, keys: Mapping[int, str] | None = None, *, pieces: bool = False, lean: bool = False
     ) -> None:
         self.keys = keys
-        # a run's own view: an end row of ok items only is folded as counts (the tasks'
-        # states, their pieces decoded when first asked for), without the seconds and the
-        # latest ends only status reads. A run folds every other run's ends: decoding each
-        # item was most of what a claim cost with many runs
-        self._lean = lean
-        self._lazy: list[tuple[str, int, int] | None] = []  # (items, first block, blocks)
+        # a run's own view (no pieces): an end row of ok items only is folded as counts,
+        # the tasks' states by slices, without the seconds and the latest ends only status
+        # reads. A run folds every other run's ends: decoding each item was most of what a
+        # claim cost with many runs
+        self._lean = lean and not pieces
         size = (max(keys, default=0) + 1) if keys else 1024
         self.code = bytearray([_NEVER]) * size
         self.attempt = array("I", bytes(4 * size))
@@ -366,7 +362,7 @@ class LedgerView:
         if self._lean and self.keys is None:
             spans = ok_spans(text)
             if spans is not None:
-                self._ok_spans(spans, (text, first_block, len(blocks)), run)
+                self._ok_spans(spans, run)
                 return
         items = parse_end_items(text)
         notes = parse_notes(f["notes"])
@@ -410,21 +406,13 @@ class LedgerView:
                 self.failures[num] += 1
             self.fails[num] = (it, row.time, r, notes.get(f"{num}.{it.attempt}", ""))
 
-    def _ok_spans(
-        self, spans: list[tuple[int, int]], lazy: tuple[str, int, int], run: RunRecord | None
-    ) -> None:
+    def _ok_spans(self, spans: list[tuple[int, int]], run: RunRecord | None) -> None:
         """A lean view's fold of an end row whose items are all ok (see ``_end``)."""
-        k = len(self._lazy)
-        if self._pieces:
-            self._lazy.append(lazy)
         for first, count in spans:
             end = first + count
             if end > len(self.code):
                 self._grow(end - 1)
             self.code[first:end] = bytes((_OK,)) * count
-            if self._pieces:
-                self.piece_off[first:end] = array("q", (_DEFERRED,)) * count
-                self.piece_blk[first:end] = array("i", (k,)) * count
             if run is not None:
                 run.ok += count
         # the begun and the failed tasks are few (those running now, those failing): the
@@ -434,30 +422,6 @@ class LedgerView:
             if held:
                 for num in [n for n in held if code[n] == _OK]:
                     del held[num]
-
-    def _undefer(self, k: int) -> None:
-        """Decode the pieces of the ``k``-th end row a lean view folded as counts, for its
-        tasks whose latest ok end it still is."""
-        lazy = self._lazy[k]
-        if lazy is None:
-            return
-        text, first_block, n_blocks = lazy
-        self._lazy[k] = None
-        blocks = [b for b, _ino in self.blocks[first_block : first_block + n_blocks]]
-        off, length, blk = self.piece_off, self.piece_len, self.piece_blk
-        bi, pos = 0, 0
-        for it in parse_end_items(text):
-            offset = -1
-            if it.in_out and it.size:
-                while bi < len(blocks) and pos >= blocks[bi].length:
-                    bi, pos = bi + 1, 0
-                if bi < len(blocks):
-                    offset = blocks[bi].offset + pos
-                    pos += it.size
-            num = it.num
-            if num < len(off) and off[num] == _DEFERRED and blk[num] == k:
-                off[num], length[num] = offset, it.size if offset >= 0 else 0
-                blk[num] = first_block + bi if offset >= 0 else -1
 
     # -- the task list now -------------------------------------------------------------------
     def verify(
@@ -716,9 +680,6 @@ class LedgerView:
         if num >= len(self.code) or self.code[num] != _OK:
             return None
         off = self.piece_off[num]
-        if off == _DEFERRED:
-            self._undefer(self.piece_blk[num])
-            off = self.piece_off[num]
         if off < 0:
             return None
         block, ino = self.blocks[self.piece_blk[num]]

@@ -159,9 +159,9 @@ class Ledger:
             prepare=self._hook,
         )
         self.outlet = Outlet(self.writer, timeout=timeout, stopper=stopper)
-        # this run's knowledge of every task, with the part of OUT each ok end claims (an
-        # OUT renamed or emptied since makes those tasks run again)
-        self.view = LedgerView(pieces=True, lean=True)
+        # this run's knowledge of every task, lean: the parts of OUT ok ends claim are read
+        # anew only when OUT no longer holds them all (whole_view)
+        self.view = LedgerView(lean=True)
         self._seen = 0  # ledger bytes folded into the view: rows past it are news
         self._began = 0  # the ledger's size when this run began (a stop after it is for it)
         self._known = (-1, -1)  # (xgen, ctl) the view is up to date with
@@ -452,6 +452,18 @@ class Ledger:
         self._named = True
 
     # -- looks ----------------------------------------------------------------------------------
+    def whole_view(self) -> LedgerView:
+        """Every row read anew, under a shared lock, into a view that keeps the part of OUT
+        each ok end claims: for the rare look at an OUT renamed, replaced, emptied or cut
+        since (its ok tasks whose records are gone run again). Raises like :meth:`look`."""
+        view = LedgerView(pieces=True)
+        if os.path.exists(self.path):
+            with Snapshot(
+                self.path, lock=self._lock, timeout=self.timeout, stopper=self._stopper
+            ) as snap:
+                view.feed(snap.rows())
+        return view
+
     def look(self) -> LedgerView:
         """Fold the rows other runs appended since this run last read, from a snapshot
         under a shared lock (a run that waits on others takes no exclusive lock to look)."""

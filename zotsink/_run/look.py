@@ -92,8 +92,12 @@ class Looker:
         else:
             # OUT was renamed, replaced, emptied or cut since ok ends claimed parts of it:
             # those tasks' records are gone, and they run again (the rare, whole look)
+            try:
+                view = self.ledger.whole_view()
+            except ZotsinkError as e:
+                return Looked(error=e)
             if self.scope is None:
-                nums = sorted({*nums, *view.ok_tasks(upto)})
+                nums = sorted({*view.unsettled(upto), *view.ok_tasks(upto)})
             self.ok.clear()
             view.settle(judge, max_attempts=self.max_attempts, nums=nums, out=found)
         me = view.run_index.get(self.ledger.run_id, -2)

@@ -294,7 +294,7 @@ def _run(o: RunOptions) -> RunReport:
         scope=scope,
     )
     selected = 0
-    ok_before = _ok_in_out(view, o.out)  # a pull run's tasks ok already
+    ok_before = _ok_in_out(ledger, o.out)  # a pull run's tasks ok already
     if scope is not None:
         selected = len(scope)
         looker.verify(view)  # an edited list: another line's history says nothing
@@ -414,12 +414,14 @@ def _ending(
 _NO_VERDICT: Final = frozenset({"never", "lost", "interrupted"})
 
 
-def _ok_in_out(view: LedgerView, out: str) -> int:
+def _ok_in_out(ledger: Ledger, out: str) -> int:
     """How many tasks are ok with their records still in OUT (all that are ok, unless OUT
-    was renamed, replaced, emptied or cut since)."""
+    was renamed, replaced, emptied or cut since: then the ledger is read anew for the parts
+    of OUT they claim)."""
     found = out_file(out)
-    if view.out_holds(found):
-        return view.ok_count()
+    if ledger.view.out_holds(found):
+        return ledger.view.ok_count()
+    view = ledger.whole_view()
     nums = view.ok_tasks(len(view.code))
     view.settle(None, nums=nums, out=found)
     return sum(1 for n in nums if view.state(n) == "ok")
