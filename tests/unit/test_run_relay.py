@@ -28,6 +28,8 @@ from zotsink._run.relay import (
     relay_lead,
 )
 from zotsink._run.state import Plan, RunState
+from zotsink._run.status import chain_status
+from zotsink.cli.status_words import relay_lines
 
 NAMES = ("what", "ticket", "job", "count", "note")
 
@@ -261,6 +263,29 @@ def test_submissions_that_keep_failing_at_the_handoff_break_the_chain_and_say_so
     v = run_decide(chain, plan(), Facts(True, "deadline"), exited=True, waited=HANDOFF_GIVE_UP)
     assert whats(v) == ["end"] and v.done and "sbatch: not allowed here" in v.rows[0][4]
     assert v.rows[0][4].startswith("broken: ")
+
+
+def test_the_last_element_killed_after_the_others_left_it_the_work_is_told_by_status() -> None:
+    # c:3 and c:4 left the work to c:5 (their deadline came), then c:5 was SIGKILLed before
+    # its next check: nobody is left to replace it; status says so and what to do
+    chain = chain_of(
+        joined("c:3", "r3"),
+        joined("c:4", "r4"),
+        joined("c:5", "r5"),
+        ("exit", "r3", 30.0, {"job": "c:3"}),
+        ("exit", "r4", 30.0, {"job": "c:4"}),
+    )
+    v = run_decide(chain, plan(me="c:3"), Facts(True, "deadline"), exited=True)
+    assert v.done and v.ticket is None and "carry on" in v.words  # c:5 was alive then
+    gone = {"c:3", "c:4", "c:5"}
+    relay = chain_status(chain, lambda job: job not in gone)
+    assert relay is not None and relay.gone == ("c:5",) and relay.running == ()
+    assert relay_lines(relay, 12) == [
+        "relay chain (--relay 3): no element; 0 successors submitted by it",
+        "relay: c:5 no longer queued or running, with no word in the ledger (killed? cancelled?)",
+        "relay: 12 tasks wait and no element of the chain is queued or running: its last one "
+        "ended without handing on; submit one again (or `zotsink add --relay SCRIPT`)",
+    ]
 
 
 def test_a_run_outside_a_job_is_no_element() -> None:
