@@ -171,7 +171,12 @@ def test_one_submission_and_the_chain_does_the_rest_never_more_than_n(box: Dropb
     assert whats[-1] == "end" and box.relays()[-1]["note"].startswith("done: ")
     status = box.zotsink("status", "tasks.txt", "out.txt", "--json")
     relay = json.loads(status.stdout)["relay"]
-    assert relay["ended"]["reason"] == "done" and relay["submitted"] == len(relayed)
+    said = "\n".join(
+        f"{r['time']:.3f} {r['run']} {r.get('what')} {r.get('ticket')} {r.get('job')} "
+        f"{r.get('count')} {r.get('note')}"
+        for r in box.relays()
+    )
+    assert relay["ended"]["reason"] == "done" and relay["submitted"] == len(relayed), said
     assert f"relay chain ended at {relay['ended']['time']}: done" in status.stderr
 
 

@@ -81,6 +81,17 @@ def test_what_rows_say_before_anything_is_judged(history: Path) -> None:
     }  # fmt: skip
 
 
+def test_free_waiting_is_a_task_given_back_or_interrupted(history: Path, tmp_path: Path) -> None:
+    assert view_of(history, KEYS).free_waiting()  # run 300 gave 8 back
+    Book(history, pid=400, start="1").claim(8, 2, "t8").write()
+    assert not view_of(history, KEYS).free_waiting()  # taken again: held (3, 4 too)
+    other = tmp_path / "m"
+    Book(other, pid=500, start="1").claim(1, 1, "t1").begin(1, pid=5001).end(
+        1, status="interrupted"
+    ).write()
+    assert view_of(other, KEYS).free_waiting()  # a stop interrupted it: it waits
+
+
 def test_a_dead_run_frees_what_it_only_claimed_and_loses_what_it_began(history: Path) -> None:
     view = view_of(history, KEYS)
     judge = Judge(alive=[100], dead=[200, 300], orphans=[5005])

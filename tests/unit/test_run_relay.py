@@ -1,16 +1,20 @@
 """The relay's decisions, fed events with no scheduler, file or clock: the chain's rule
 (``decide``, as a run applies it under the ledger's lock), one run's ``Relay``, and a
-``RunState`` that ends only once its relay is done."""
+``RunState`` that ends only once its relay is done; and the rule applied to a real ledger
+(``Desk``), with no scheduler."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from zotsink._ledger.format import INITIAL, Row
+from zotsink._ledger.read import Snapshot
 from zotsink._ledger.relay import Chain, join_note, relay_fields
 from zotsink._run.events import Done, RelayCheck, RelayChecked, Rows, Submit, Submitted, Turn
+from zotsink._run.ledger import Ledger
 from zotsink._run.queue import TaskQueue
 from zotsink._run.relay import (
     CHECK_EVERY,
@@ -29,6 +33,7 @@ from zotsink._run.relay import (
 )
 from zotsink._run.state import Plan, RunState
 from zotsink._run.status import chain_status
+from zotsink._run.successor import Desk
 from zotsink.cli.status_words import relay_lines
 
 NAMES = ("what", "ticket", "job", "count", "note")
@@ -379,3 +384,40 @@ def test_a_run_state_ends_only_once_its_relay_is_done() -> None:
     assert len(checks) == 1 and checks[0].facts.ending == "done" and Done() not in out
     out = state.handle([Turn(0.4, 1), RelayChecked(Verdict([["exit"]], None, None, True, 1, "e"))])
     assert Done() in out
+
+
+# -- the rule applied to a real ledger (Desk) ---------------------------------------------------
+def test_tasks_a_leaving_run_gave_back_are_work_the_last_one_hands_on(tmp_path: Path) -> None:
+    # run A reached its deadline and gave back two tasks it had claimed; run B, leaving at
+    # the same moment with nothing of its own left and the list's lines all claimed, must
+    # hand its place on over them, not end the chain "done" (the tasks would wait with no
+    # element, or a late leaver would begin a second chain)
+    tasks = tmp_path / "t.txt"
+    tasks.write_text("a\nb\nc\n")
+    path = tmp_path / "l"
+    a = Ledger(path, tasks=str(tasks), env={})
+    a.record({"command": "x"}, a.open().settings)
+    got = a.claim(3, [], cursor=True, closed_lines=None)
+    assert [t.num for t, _ in got.tasks] == [1, 2, 3]
+    a.put(releases=[(t.num, att) for t, att in got.tasks[1:]])
+    assert a.flush() is None
+    b = Ledger(path, tasks=str(tasks), env={})
+    b.record({"command": "x"}, b.open().settings)
+    assert b.claim(3, [], cursor=True, closed_lines=None).tasks == []  # no line past the cursor
+    desk = Desk(
+        b,
+        RelayPlan(3, None, "slurm:7", b.run_id),
+        backend=None,  # type: ignore[arg-type]  # no submission here
+        env={},
+        script=None,
+        lock="auto",
+        timeout=10.0,
+    )
+    checked = desk.check(RelayCheck("1", Facts(False, "done"), exited=False, waited=0.0))
+    assert checked.error is None and checked.verdict is not None
+    assert checked.verdict.ticket == "1" and "handoff" in checked.verdict.words
+    with Snapshot(path) as snap:
+        whats = [row.fields["what"] for _, row in snap.rows() if row.kind == "relay"]
+    assert whats == ["exit", "handoff", "decide"]
+    a.close()
+    b.close()

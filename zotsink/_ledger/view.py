@@ -566,6 +566,13 @@ class LedgerView:
         life: before :meth:`settle`, or a task it made free for a run that died."""
         return num < len(self.code) and self.code[num] in (_CLAIMED, _BEGUN)
 
+    def free_waiting(self) -> bool:
+        """Whether a task waits that no run holds, by the rows alone: given back (a run's
+        deadline, a stop) or interrupted; found at C speed. A task lost with its run is a
+        judgement (:meth:`settle`), not made here."""
+        code = self.code
+        return code.find(_RELEASED) >= 0 or code.find(_INTERRUPTED) >= 0
+
     def state(self, num: int) -> State:
         """A task's state (settled when :meth:`settle` was called)."""
         final = self._final if self._final is not None else self.code

@@ -14,11 +14,12 @@ elements are queued or running:
   :func:`quiet` seconds; one that said it exits counts until the scheduler, asked after
   that, no longer shows it), this run's own, and the submissions decided and not yet
   answered;
-- **fill**: while this run lives and work waits (lines past the cursor, tasks it found
-  free) and the count is below N, one successor is decided (a ``decide`` row, naming the
-  count it saw), then submitted outside the lock, then its job id or the scheduler's
-  message written (``job`` or ``fail``). After a failure the next try waits
-  (:data:`RETRY_FIRST`, doubling, at most :data:`RETRY_MOST`), for the whole chain;
+- **fill**: while this run lives and work waits (lines past the cursor, tasks given back
+  or interrupted in the ledger, tasks it found free) and the count is below N, one
+  successor is decided (a ``decide`` row, naming the count it saw), then submitted outside
+  the lock, then its job id or the scheduler's message written (``job`` or ``fail``).
+  After a failure the next try waits (:data:`RETRY_FIRST`, doubling, at most
+  :data:`RETRY_MOST`), for the whole chain;
 - **leave**: a run that ends writes ``exit``. When other elements stay (running, queued,
   or being submitted, each known alive by a row or an answer newer than the moment this
   run began to end), they carry on; the last one to leave with work left (its deadline
@@ -163,8 +164,9 @@ def decide(
     by_rows)`` the word on a job newer than ``after`` (a row its run wrote since, when
     ``by_rows``; else the scheduler's answer to a question asked since; None: no such word
     yet, or none can be had, which counts as queued or running), ``list_waiting``: whole
-    lines past the cursor, ``stopped``: ``zotsink stop`` told this run to stop,
-    ``exited``: its ``exit`` row is written, ``waited``: seconds since it began to end."""
+    lines past the cursor, or tasks the ledger says no run holds (given back,
+    interrupted), ``stopped``: ``zotsink stop`` told this run to stop, ``exited``: its
+    ``exit`` row is written, ``waited``: seconds since it began to end."""
     rows: list[list[str]] = []
     ending = facts.ending is not None
     if ending and not exited and plan.me:

@@ -4,7 +4,8 @@ successors submitted (``run --relay``, ``add --relay``). The decisions are
 
 - :class:`Desk`: a relay run's side. A check folds every row appended since into the run's
   view, asks the scheduler (without waiting: its last answers) about the elements the rows
-  name, reads whether the task list has whole lines past the cursor, and appends what
+  name, reads whether work waits (tasks the ledger says were given back or interrupted, else
+  whole lines of the task list past the cursor), and appends what
   :func:`~zotsink._run.relay.decide` says, in one lock hold. A submission runs in a thread
   of its own (:class:`~zotsink._run.scheduler.Errand`): the poll loop never waits on it.
 - What is submitted: ``--relay-script FILE``, else the script of the job the run is in, as
@@ -162,7 +163,10 @@ class Desk:
                         return True
                 return ask.since(job, after)
 
-            waiting = lines_waiting(
+            # tasks given back below the cursor wait as surely as lines past it: a run that
+            # left at its deadline gave back what it had claimed, and another one leaving
+            # at the same moment must not end the chain "done" over them
+            waiting = view.free_waiting() or lines_waiting(
                 self.ledger.tasks,
                 state.at,
                 closed=control.closed,
