@@ -13,11 +13,21 @@ Three parts, each printed as a table with the command, the date and the load:
           tasks): the wall time from the first start to the last exit, tasks/s, the ledger
           appends that claimed tasks (claims) per second, all runs together, the lock hold
           of a claim (p50, p99), and the peak RSS of each run (``wait4``: the run or the
-          worker it reaped, whichever was larger). Every task is counted back in OUT, once.
+          worker it reaped, whichever was larger), and the tasks given back (``release``
+          rows: claimed, never begun). Every task is counted back in OUT, once.
   claims  C claimer processes calling the ledger's claim (``Ledger.claim``, the function a
           pull run's pool calls, by the cursor) one task at a time, as fast as the lock lets
           them, each claim also writing the end row of the task claimed before: the locked
           claims per second the ledger sustains, and the hold of each.
+  growth  what many runs cost, fitted to a model: pull runs of ``--call`` over a
+          grid of run counts (``--growth-runs``, 4 to 64) and list lengths
+          (``--growth-tasks``), each cell ``--rounds`` times in an order that turns about;
+          the CPU of all runs together fitted by least squares as
+          ``a x runs + b x tasks + c x tasks x (runs - 1)``: ``a`` is what a run costs
+          whatever its share (its start, its worker), ``b`` what a task costs, and ``c``
+          what a task costs more for each run beside the first (the coordination that
+          grows with runs). Also printed: the plain slope of CPU per task from the fewest
+          to the most runs at the longest list, which counts each run's start in it.
   sizes   the claim's lock hold of a few pull runs over the last tasks of a list of 1,000
           tasks and of 1,000,000 tasks, the ledger already holding the rows of every other
           task (done by earlier runs: a claim and an end row per 100 tasks): the hold must
@@ -29,11 +39,12 @@ size, the ledger's claim hook, the write, the fsync) with two ``perf_counter`` c
 the ledger's writer, and writes the holds to a file of the run's own when it exits. zotsink
 itself is run unchanged (``zotsink.cli.main``); the wrap costs two clock reads per append.
 
-With ``--root OTHER`` the runs part also runs OTHER's zotsink (a checkout before a change),
-turn about with this tree's, and prints the ratios. With ``--gluster`` (root) the runs are
-spread over the three nodes of the test cluster (scripts/cluster/slurm.sh's namespaces, each
-node its own GlusterFS client), on the GlusterFS volume; the script brings up what is down
-and takes it down again. Prints numbers, never asserts one.
+With ``--root OTHER`` the runs and growth parts also run OTHER's zotsink (a checkout
+before a change), turn about with this tree's, and print the ratios (growth: both fits).
+With ``--gluster`` (root) the runs are spread over the three nodes of the test cluster
+(scripts/cluster/slurm.sh's namespaces, each node its own GlusterFS client), on the
+GlusterFS volume; the script brings up what is down and takes it down again. Prints
+numbers, never asserts one.
 """
 
 from __future__ import annotations
@@ -248,6 +259,7 @@ def pull_runs(
     holds = read_holds([d / f"holds.{i}" for i in range(runs)])
     claims = [h for h in holds if h[2] and h[3]]
     ledger_mb = (d / "out.txt.ledger").stat().st_size / 1e6
+    given_back = released(d / "out.txt.ledger")
     shutil.rmtree(d)
     return {
         "way": way,
@@ -273,9 +285,92 @@ def pull_runs(
         "committed": len(cat),
         "committed_distinct": len(set(cat)),
         "ledger_mb": ledger_mb,
+        "given_back": given_back,
         "load_before": load_before,
         "load_after": load_after,
     }
+
+
+def fit_growth(cells: Sequence[tuple[int, int, float]]) -> tuple[list[float], float]:
+    """Least squares of ``cpu = a*runs + b*tasks + c*tasks*(runs - 1)`` over (runs, tasks,
+    cpu seconds): ([a, b, c], R²). The 3 x 3 normal equations, solved by elimination."""
+    xs = [(float(r), float(t), float(t) * (r - 1)) for r, t, _ in cells]
+    ys = [c for _, _, c in cells]
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(3)] for i in range(3)]
+    v = [sum(x[i] * y for x, y in zip(xs, ys)) for i in range(3)]
+    for i in range(3):
+        for k in range(i + 1, 3):
+            f = m[k][i] / m[i][i]
+            m[k] = [a - f * b for a, b in zip(m[k], m[i])]
+            v[k] -= f * v[i]
+    coef = [0.0, 0.0, 0.0]
+    for i in (2, 1, 0):
+        coef[i] = (v[i] - sum(m[i][j] * coef[j] for j in range(i + 1, 3))) / m[i][i]
+    mean = statistics.mean(ys)
+    pred = [sum(c * xi for c, xi in zip(coef, x)) for x in xs]
+    ss_res = sum((y - p) ** 2 for y, p in zip(ys, pred))
+    ss_tot = sum((y - mean) ** 2 for y in ys) or 1.0
+    return coef, 1 - ss_res / ss_tot
+
+
+def growth(
+    work: Path,
+    runs: Sequence[int],
+    tasks: Sequence[int],
+    rounds: int,
+    roots: Sequence[tuple[str, Path]],
+) -> None:
+    """The grid of (runs, tasks) pull runs of ``--call``, each cell ``rounds`` times (and
+    for each tree, turn about); the fit of their CPU and the plain slope, per tree."""
+    for n in tasks:
+        if not (work / f"tasks-{n}.txt").exists():
+            write_tasks(work / f"tasks-{n}.txt", n)
+    grid = [(r, n, lab, root) for n in tasks for r in runs for lab, root in roots]
+    cells: dict[str, list[tuple[int, int, float]]] = {lab: [] for lab, _root in roots}
+    print_head()
+    for k in range(rounds):
+        for r, n, lab, root in grid if k % 2 == 0 else list(reversed(grid)):
+            res = pull_runs(work, r, n, "call", root)
+            print_runs([res], lab)
+            cells[lab].append((r, n, res["cpu_per_task_ms"] * n / 1e3))
+    for lab, got in cells.items():
+        name = f"tree {lab}" if lab else "this tree"
+        per_round = len(got) // rounds
+        if rounds > 1:  # how much the fit moves from round to round
+            each = [
+                fit_growth(got[k * per_round : (k + 1) * per_round])[0][2] for k in range(rounds)
+            ]
+            print(f"{name}: c of each round alone: " + ", ".join(f"{1e6 * x:.2f}" for x in each))
+        (a, b, c), r2 = fit_growth(got)
+        print(
+            f"{name}: fit over {len(got)} runs of the grid: CPU s = {a:.3f} x runs + "
+            f"{1e6 * b:.2f} µs x tasks + {1e6 * c:.2f} µs x tasks x (runs - 1); R² {r2:.3f}"
+        )
+        n = max(tasks)
+        lo, hi = min(runs), max(runs)
+        per = {
+            r: statistics.median(1e3 * cpu / n for rr, nn, cpu in got if rr == r and nn == n)
+            for r in (lo, hi)
+        }
+        print(
+            f"{name}: plain slope at {n:,} tasks, each run's start counted in: "
+            f"{per[lo] * 1e3:.1f} µs a task at {lo} runs, {per[hi] * 1e3:.1f} at {hi}: "
+            f"{(per[hi] - per[lo]) * 1e3 / (hi - lo):.2f} µs a task per added run"
+        )
+
+
+def released(ledger: Path) -> int:
+    """Tasks the ledger's ``release`` rows gave back (claimed, never begun), counted from
+    their task sets (``N``, ``A-B``, each with an ``.ATTEMPT`` when not the first)."""
+    n = 0
+    with open(ledger, "rb") as f:
+        for row in f:
+            if not row.startswith(b"release\t"):
+                continue
+            for part in row.split(b"\t")[3].split(b","):
+                first, _, last = part.split(b".")[0].partition(b"-")
+                n += int(last or first) - int(first) + 1
+    return n
 
 
 def print_head() -> None:
@@ -284,7 +379,8 @@ def print_head() -> None:
         f"{'CPU ms/task':>11s} {'claims':>7s} "
         f"{'claims/s':>8s} {'tasks/claim':>11s} {'hold p50':>9s} {'p99 ms':>7s} "
         f"{'CPU p50':>8s} {'p99 ms':>7s} "
-        f"{'news KB':>7s} {'locked':>6s} {'RSS p50':>8s} {'max MB':>6s}  load before/after"
+        f"{'news KB':>7s} {'locked':>6s} {'RSS p50':>8s} {'max MB':>6s} {'gave back':>9s}  "
+        "load before/after"
     )
     print(head)
 
@@ -305,7 +401,8 @@ def print_runs(rows: list[dict[str, Any]], label: str = "") -> None:
             f"{r['per_claim']:11.1f} {r['hold_p50_ms']:9.2f} {r['hold_p99_ms']:7.1f} "
             f"{r['cpu_p50_ms']:8.2f} {r['cpu_p99_ms']:7.2f} "
             f"{r['news_kb_p50']:7.1f} {100 * r['locked_share']:5.0f}% {r['rss_p50']:8.0f} "
-            f"{r['rss_max']:6.0f}  {r['load_before']} / {r['load_after']}{ok}",
+            f"{r['rss_max']:6.0f} {r['given_back']:9,d}  {r['load_before']} / "
+            f"{r['load_after']}{ok}",
             flush=True,
         )
 
@@ -536,7 +633,9 @@ def main() -> None:
     ap.add_argument("--size-runs", type=int, default=4, help="pull runs of the sizes part [4]")
     ap.add_argument("--fresh", type=int, default=4000, help="tasks left to run, sizes [4000]")
     ap.add_argument("--totals", default="1000,1000000", help="list lengths, sizes part")
-    ap.add_argument("--only", help="parts to run: runs,claims,sizes [all]")
+    ap.add_argument("--only", help="parts to run: runs,claims,sizes,growth [runs,claims,sizes]")
+    ap.add_argument("--growth-runs", default="4,8,16,32,64", help="run counts, growth part")
+    ap.add_argument("--growth-tasks", default="25000,100000", help="list lengths, growth part")
     ap.add_argument("--root", help="another source tree to run turn about with this one")
     ap.add_argument("--gluster", action="store_true", help="runs over the cluster's nodes")
     ap.add_argument("--quick", action="store_true", help="8 runs/claimers, 5,000 tasks")
@@ -546,6 +645,7 @@ def main() -> None:
         args.runs, args.tasks, args.command_tasks = 8, 5000, 1000
         args.claimers, args.claims, args.fresh = 8, 20, 1000
         args.totals = "1000,100000"
+        args.growth_runs, args.growth_tasks = "2,4,8", "2000,5000"
     parts = set((args.only or "runs,claims,sizes").split(","))
     totals = [int(x) for x in args.totals.split(",")]
     print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")
@@ -643,6 +743,11 @@ def bench(
                 f"{b['hold_p50_ms'] / a['hold_p50_ms']:.2f}, CPU under the lock p50 "
                 f"{b['cpu_p50_ms'] / a['cpu_p50_ms']:.2f}"
             )
+    if "growth" in parts:
+        g_runs = [int(x) for x in args.growth_runs.split(",")]
+        g_tasks = [int(x) for x in args.growth_tasks.split(",")]
+        print(f"\n## growth: pull runs of --call, runs {g_runs} x tasks {g_tasks}")
+        growth(work, g_runs, g_tasks, args.rounds, roots)
     print(f"\n# load after: {load()}")
 
 

@@ -200,17 +200,19 @@ def test_the_deadline_is_judged_when_a_task_begins(d: Path, procs: list) -> None
 def test_a_lone_run_takes_back_what_it_gave_back_behind_a_slow_task(
     d: Path, procs: list, mode: tuple[str, ...]
 ) -> None:
-    # quick tasks set the pace, so the run claims ahead past a slow one; sitting behind it,
-    # the claimed tasks are given back for another run to take. There is no other run: once
-    # the slow task ends, this one runs them itself, and ends with the list done
-    items = [*(f"q{n}" for n in range(1, 7)), "slow7", *(f"q{n}" for n in range(8, 14))]
+    # a quick task sets the pace, so the run's next claim takes the slow one and the last
+    # line of the list behind it (a claim ahead: the free slot and at least one more);
+    # sitting behind it, with no line left past the cursor, the claimed task is given back
+    # for another run to take. There is no other run: once the slow task ends, this one runs
+    # it itself, and ends with the list done
+    items = ["q1", "slow2", "q3"]
     (d / "tasks.txt").write_text("".join(f"{i}\n" for i in items))
     run = start(d, *mode, "--jobs", "1")
     procs.append(run)
-    wait_for(lambda: any((d / "began").glob("slow7.*")), run, "began slow7")
+    wait_for(lambda: any((d / "began").glob("slow2.*")), run, "began slow2")
     if mode:
-        # the tasks claimed behind slow7 are given back (a format 2 ledger says so)
-        wait_for(lambda: released(d) != 0, run, "gave back the tasks claimed behind slow7")
+        # the task claimed behind slow2 is given back (a format 2 ledger says so)
+        wait_for(lambda: released(d) != 0, run, "gave back the task claimed behind slow2")
     (d / "release").touch()
     _out, err = run.communicate(timeout=120)
     assert run.returncode == 0, err

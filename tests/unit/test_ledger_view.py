@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.ledgers import Book
 from zotsink._ledger.control import Control
 from zotsink._ledger.format import header_line
 from zotsink._ledger.pieces import OutFile, out_file, piece_problem
 from zotsink._ledger.read import Snapshot
-from zotsink._ledger.view import LedgerView, RunRecord
+from zotsink._ledger.view import STATES, LedgerView, RunRecord
 
 
 def view_of(path: Path, keys: dict[int, str] | None = None, **kw: Any) -> LedgerView:
@@ -103,6 +105,36 @@ def test_a_dead_run_frees_what_it_only_claimed_and_loses_what_it_began(history: 
         5: "running", 6: "lost", 7: "never", 8: "never",
     }  # fmt: skip
     assert sorted(judge.asked) == ["100", "200"]  # once per run, not per task
+
+
+@pytest.mark.parametrize(
+    ("alive", "dead", "me"),
+    [
+        ([100], [200, 300], -2),  # a look of another run
+        ([100], [300], -2),  # nobody can tell of 200
+        ([100, 200], [300], 0),  # run 100's own look
+        ([200], [100, 300], 1),  # run 200's own look, 100 dead
+    ],
+)
+def test_tasks_of_live_runs_are_counted_and_the_rest_settled_as_before(
+    history: Path, alive: list[int], dead: list[int], me: int
+) -> None:
+    # a look takes the tasks held by runs alive (and its own) out before it judges the
+    # rest task by task: the states of all are what settling all of them says
+    whole = view_of(history, KEYS)
+    whole.settle(Judge(alive, dead, orphans=[5005]))
+    view = view_of(history, KEYS)
+    judge = Judge(alive, dead, orphans=[5005])
+    rest, held = view.held_by_live(judge, view.unsettled(), me)
+    view.settle(judge, nums=rest)
+    assert {n: view.state(n) for n in KEYS} == {n: whole.state(n) for n in KEYS}
+    assert view.unknown == whole.unknown
+    holds = {100: {3, 4}, 200: {5, 6, 7}}  # 2 failed and 8 given back: nobody's
+    mine = int(view.runs[me].pid) if me >= 0 else None
+    out = {n for pid, nums in holds.items() if pid in alive or pid == mine for n in nums}
+    assert rest == [n for n in (2, 3, 4, 5, 6, 7, 8) if n not in out]
+    assert held == sum(len(nums) for pid, nums in holds.items() if pid in alive and pid != mine)
+    assert judge.asked.count("200") <= 2  # once here, once in settle at most
 
 
 def test_a_dead_run_whose_claims_may_still_begin_keeps_them(history: Path) -> None:
@@ -258,3 +290,19 @@ def test_a_run_s_lean_view_says_what_the_whole_fold_says(tmp_path: Path, zotsink
     for view in (full, lean):
         view.settle(None)
     assert [lean.state(n) for n in range(1, 301)] == [full.state(n) for n in range(1, 301)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, len(STATES) + 1), max_size=400), st.integers(-5, 450))
+def test_unsettled_is_every_task_neither_ok_nor_never_found_either_way(
+    codes: list[int], upto: int
+) -> None:
+    # few such tasks are found by a search each, many by one pass: the same numbers
+    calm = {STATES.index("ok"), STATES.index("never")}
+    sparse = [c if n % 17 == 0 else STATES.index("ok") for n, c in enumerate(codes)]
+    for got in (codes, sparse):
+        view = LedgerView()
+        view.code = bytearray(got)
+        want = [n for n, c in enumerate(got[: max(upto, 0)]) if c not in calm]
+        assert view.unsettled(upto) == want
+        assert view.unsettled() == [n for n, c in enumerate(got) if c not in calm]

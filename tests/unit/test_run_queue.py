@@ -52,8 +52,31 @@ def test_how_many_to_claim_follows_the_rate_tasks_start_at() -> None:
     q.claimed([(t, 1) for t in T[1:3]], [], 0.0, drained=False)
     q.ran()
     q.next(), q.next()
-    # two started in 0.1 s: 20 a second; twice the window ahead is 10 more
-    assert q.to_claim(2, 0.25, 0.1) == 12
+    # two started in 0.4 s: 5 a second; twice the window ahead is 2.5, so 2 more
+    assert q.to_claim(2, 0.25, 0.4) == 4
+
+
+def test_a_rate_is_measured_over_a_commit_window_at_least() -> None:
+    # two tasks taken by a worker within a millisecond are not 2,000 a second: a claim
+    # on that rate held 1,000 tasks it could not start, given back a second later
+    q = TaskQueue("pull")
+    q.claimed([(t, 1) for t in T[1:3]], [], 0.0, drained=False)
+    q.ran()
+    q.next(), q.next()
+    assert q.to_claim(2, 0.25, 0.001) == 2 + 4  # 2 in 0.25 s: 8 a second, 4 ahead
+
+
+def test_tasks_of_a_second_or_more_are_not_claimed_ahead() -> None:
+    # their commit window is 2 s: claimed for the commit after the next, a run would sit
+    # on 4 s of them while other runs idle
+    q = TaskQueue("pull")
+    q.claimed([(T[1], 1)], [], 0.0, drained=False)
+    q.ran()
+    q.next()
+    assert q.to_claim(1, 2.0, 1.0) == 1  # one a second, half a second ahead at most: none
+    q.claimed([(T[2], 1)], [], 1.0, drained=False)
+    q.next()
+    assert q.to_claim(1, 0.25, 1.01) == 1 + 2  # then quick: 4 a second over the window
 
 
 def test_a_stop_claims_nothing_more_and_gives_back_what_was_claimed() -> None:

@@ -124,6 +124,10 @@ def test_only_makes_tasks_of_the_numbers_asked_for(tmp_path: Path) -> None:
     part, count = read_tasks(p, only=chunk_range(2, 2, 1))  # lines 3 and 4
     assert (part, count) == ([Task(4, "d")], 6)
     assert read_tasks(p, only=range(1, 100))[0] == full
+    # a few numbers of a longer list (a look's free tasks) are read by their index
+    few = {1: 2, 3: 1, 4: 1, 0: 1, 99: 1}
+    assert tasks_mod.lines_of(p, few) == {1: "a", 4: "d"}
+    assert tasks_mod.lines_of(p, {2, 5}) == {5: "e"}
 
 
 #: Characters that make lines blank or not: Unicode whitespace of every kind, ``#``, a CR,

@@ -34,7 +34,8 @@ import heapq
 import math
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import compress
 from typing import Final, Literal
 
 from .control import Control
@@ -105,6 +106,7 @@ _OK, _RUNNING, _CLAIMED, _LOST, _NEVER = (
 _GIVEN_UP, _INTERRUPTED = _CODE["given-up"], _CODE["interrupted"]
 _BEGUN: Final = len(STATES)  # before settling: begun (running or lost, by its process)
 _RELEASED: Final = _BEGUN + 1  # before settling: given back (never)
+_HELD: Final = frozenset((_CLAIMED, _BEGUN))  # before settling: a run holds it
 _UNCHECKED: Final = object()  # settle(): OUT not to be checked
 _FAILING_CODES: Final = frozenset(_CODE[s] for s in FAILING)
 _END_CODES: Final = {s: _CODE[s] for s in ("ok", *FAILING, "interrupted")}
@@ -478,12 +480,39 @@ class LedgerView:
         settling: held, begun, given back, failed, interrupted (found at C speed)."""
         code = self.code if upto is None else self.code[: max(upto, 0)]
         mask = code.translate(_UNSETTLED)
+        if mask.count(1) * 8 > len(mask):
+            # many (the end of a list that many runs share): one pass at C speed costs
+            # less than a search per task
+            return list(compress(range(len(mask)), mask))
         out: list[int] = []
         at = mask.find(1)
         while at >= 0:
             out.append(at)
             at = mask.find(1, at + 1)
         return out
+
+    def held_by_live(self, judge: Judge, nums: Sequence[int], me: int) -> tuple[list[int], int]:
+        """Of ``nums``, the tasks held (claimed or begun) by a run the judge says lives, and
+        those of the run ``me``: taken out, as :meth:`settle` would leave them, and counted
+        (``me``'s not): ``(the rest, how many other live runs hold)``. At the end of a list
+        that many runs share, a look's tasks are mostly these, and a look is their number
+        times a judgement per task otherwise; each run is judged once here."""
+        owner, code, runs = self.owner, self.code, self.runs
+        size = len(code)
+        live = {me}
+        for r in {owner[n] for n in nums if n < size} - {me, -1}:
+            run = runs[r]
+            if not run.gone and judge.run_alive(run) is True:
+                live.add(r)
+        rest: list[int] = []
+        held = 0
+        for n in nums:
+            if n < size and code[n] in _HELD and owner[n] in live:
+                if owner[n] != me:
+                    held += 1
+            else:
+                rest.append(n)
+        return rest, held
 
     # -- now -----------------------------------------------------------------------------------
     def settle(

@@ -308,7 +308,9 @@ class Release(NamedTuple):
 
 
 class Look(NamedTuple):
-    """Read the ledger's news and the task list's growth (under a shared lock)."""
+    """Read the ledger's news and the task list's growth (under a shared lock); not
+    ``deep``: only whether the list has lines past the ledger's cursor now (its last row,
+    no lock, no news: a peek)."""
 
     deep: bool  # fold the news and judge other runs' tasks, not only the last row
     #: wait (a few seconds at most, not past a stop signal) for the scheduler's word about

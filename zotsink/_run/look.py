@@ -87,9 +87,8 @@ class Looker:
             nums = view.unsettled(upto)
         judge = Judge(wait=wait)
         found = out_file(self.out)
-        if view.out_holds(found):
-            view.settle(judge, max_attempts=self.max_attempts, nums=nums)
-        else:
+        whole = not view.out_holds(found)
+        if whole:
             # OUT was renamed, replaced, emptied or cut since ok ends claimed parts of it:
             # those tasks' records are gone, and they run again (the rare, whole look)
             try:
@@ -99,11 +98,16 @@ class Looker:
             if self.scope is None:
                 nums = sorted({*view.unsettled(upto), *view.ok_tasks(upto)})
             self.ok.clear()
-            view.settle(judge, max_attempts=self.max_attempts, nums=nums, out=found)
         me = view.run_index.get(self.ledger.run_id, -2)
+        held = unknown = 0
+        if self.scope is None:
+            nums, held = view.held_by_live(judge, nums, me)
+        if whole:
+            view.settle(judge, max_attempts=self.max_attempts, nums=nums, out=found)
+        else:
+            view.settle(judge, max_attempts=self.max_attempts, nums=nums)
         free: dict[int, int] = {}
         taken: set[int] = set()
-        held = unknown = 0
         for num in nums:
             state = view.state(num)
             owner = view.owner[num] if num < len(view.owner) else -1
@@ -164,6 +168,15 @@ class Looker:
             unknown=unknown,
         )
 
+    def peek(self) -> Looked:
+        """Whether the task list has a whole line past the ledger's cursor now, from the
+        ledger's last row alone (no lock, no news): a run holding claimed tasks that wait
+        asks it often, and it costs a read of the ledger's end and of the list's."""
+        state = self.ledger.peek()
+        if state is None:
+            return Looked(grew=True)  # nothing can be told: as if lines waited (keep them)
+        return Looked(grew=self._grew(None, at=state.at))
+
     def verify(self, view: LedgerView) -> None:
         """A chunk's lines checked against what its tasks' claims named (the list may have
         been edited since): the history of another line says nothing of this one."""
@@ -194,9 +207,11 @@ class Looker:
             out[num] = view.attempt[num] + 1
         return out
 
-    def _grew(self, closed_lines: int | None) -> bool:
-        """Whether the task list has a whole line past the cursor (or, closed, any byte)."""
-        at = self.ledger.cursor.at
+    def _grew(self, closed_lines: int | None, *, at: int | None = None) -> bool:
+        """Whether the task list has a whole line past the cursor (or, closed, any byte);
+        ``at``: the cursor's byte offset (by default the ledger's as this run last read)."""
+        if at is None:
+            at = self.ledger.cursor.at
         try:
             fd = os.open(self.tasks, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:

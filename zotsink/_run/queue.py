@@ -18,8 +18,9 @@ Where its tasks come from:
   it is dropped (:meth:`verify`).
 
 How many to claim (:meth:`to_claim`): as many as can start now, and as many as will start
-before the commit after the next at the rate tasks started since the last claim, but none
-ahead before a task ran at all (a command that cannot start claims no more than it
+before the commit after the next (half a second at most) at the rate tasks started since
+the last claim, measured over a commit window at least, but none ahead before a task ran
+at all (a command that cannot start claims no more than it
 fails). Claimed tasks not started wait in order (:meth:`next`); a stop claims nothing more
 and gives the claimed back (:meth:`release`); so does a claim held too long
 (:meth:`stale`): a run never sits on tasks another run could start.
@@ -34,7 +35,7 @@ from typing import Final, Literal, NamedTuple
 
 from .tasks import Task
 
-__all__ = ["ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
+__all__ = ["AHEAD_MOST", "ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
 
 #: Tasks by name a claim is handed beyond those it may take: under the lock it drops those
 #: another run claimed since the look and gives the free ones back. Tasks given back by a
@@ -42,6 +43,10 @@ __all__ = ["ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
 #: took the lock once for each that another run had already taken (thousands of empty
 #: appends with 64 runs).
 ASK_BEYOND: Final = 1024
+
+#: Seconds of this run's tasks a claim takes ahead at most (a commit window is up to 2 s
+#: for long tasks; half the hold: what waits a second behind a slow task is given back).
+AHEAD_MOST: Final = 0.5
 
 #: Where a run's tasks come from: its chunk, the cursor over the whole list, the cursor
 #: over a list that grows.
@@ -144,8 +149,14 @@ class TaskQueue:
         those claimed and not started. 0 when there is nothing to claim."""
         if self.stopped or self.out_of_time or not self.waiting:
             return 0
-        rate = self._since_claim / max(now - self._claimed_at, 1e-3)
-        ahead = math.ceil(rate * 2 * window) if self._ran else 0
+        # over a commit window at least: a rate measured over the few milliseconds a
+        # worker takes its first batch in is hundreds of times the true one, and a run
+        # that claims on it holds thousands of tasks it gives back a second later (with
+        # this floor a claim ahead at most doubles the tasks started since the last one)
+        rate = self._since_claim / max(now - self._claimed_at, window)
+        # whole tasks that start within the horizon: a task of a second or more is never
+        # claimed ahead (no claim is worth saving for it, and one claimed behind it waits)
+        ahead = math.floor(rate * min(2 * window, AHEAD_MOST)) if self._ran else 0
         want = max(max(free, 0) + ahead - len(self._ready), 0)
         if self._cap is not None:
             want = min(want, max(self._cap - self._picked, 0))
@@ -257,6 +268,14 @@ class TaskQueue:
             task, attempt, _at = self._ready.pop()
             out.append((task, attempt))
         return out
+
+    def stale_due(self, now: float, hold: float) -> bool:
+        """Whether a claimed task waited longer than ``hold`` seconds to start."""
+        return bool(self._ready) and now - self._ready[-1][2] > hold
+
+    def drain(self) -> None:
+        """A look found no line past the ledger's cursor: other runs have none to claim."""
+        self.drained = True
 
     def stop(self) -> None:
         """Claim nothing more (a stop, a halt, a ledger that cannot be written)."""

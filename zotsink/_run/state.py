@@ -16,7 +16,8 @@ outlives a commit) -> ended (a command's exit and its pipes read; a call's retur
 waits in the group -> committed (its records in OUT: :class:`~zotsink._run.events.Commit`)
 -> its end row (:class:`~zotsink._run.events.Rows`, written with the next claim, or at once).
 A claimed task never started is given back (a ``release`` row): at a stop, a halt, the
-deadline, or when it waited longer than :data:`HOLD` behind slower tasks.
+deadline, or when it waited longer than :data:`HOLD` behind slower tasks (behind none, a
+run short of CPU: once the list has no line past the cursor, see ``_peek``).
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ class RunState:
         self._workers: list[tuple[int, str]] = []
         self._claiming = False
         self._looking = False
+        self._peeking = False  # the look under way is a peek (see _peek)
+        self._peek_at = now
         self.tries: dict[int, int] = {}  # attempts started in this run, per task
         self.failures: dict[int, int] = {}  # failed attempts of the tasks it claimed, so far
         self.final: dict[int, str] = {}  # each task's last status in this run
@@ -224,21 +227,16 @@ class RunState:
         self._settle(now)
         if self.queue.stopped:
             self._release()
-        elif self.plan.hold > 0 and self.queue.cursor:
-            stale = self.queue.stale(now, self.plan.hold)
-            if stale:
-                self._releases.extend((t.num, a) for t, a in stale)
-                # given back for a run that idles; if none takes them, this run does once
-                # its slots free: it looks again before it ends
-                self._looked_once = False
         self._commit(now)
         self._claim(now)
         self._start(now)
+        self._give_back_stale(now)
         self._tend_workers()
         # rows no claim carries are written now: a run waiting on others' tasks must see
         # their ends, as they must see this run's; a look after them sees them too (the
         # tasks this run just gave back among them)
         self._flush_rows()
+        self._peek(now)
         self._look(now)
         over = self._finished()
         if self.relay is not None:
@@ -477,6 +475,11 @@ class RunState:
             self.queue.stop()
         if ev.closed:
             self.queue.close()
+        if self._peeking:
+            self._peeking = False
+            if not ev.grew:
+                self.queue.drain()  # the tasks waiting past the hold are given back now
+            return
         came = self.queue.learn([Candidate(*c) for c in ev.free], ev.held)
         if ev.grew:
             self.queue.grew()
@@ -721,6 +724,48 @@ class RunState:
             return not self.idled_out and not (q.closed and q.drained)
         # a pull run whose cursor is drained looks once for tasks to take over
         return q.cursor and not self._looked_once
+
+    def _give_back_stale(self, now: float) -> None:
+        """Claimed tasks that waited longer than the hold, and still cannot start (after
+        this turn's starts: a slot the slow task just left takes the next one, rather
+        than give it back and claim it again), are given back: behind a slow task at once,
+        behind no slow task only once the list has no line past the cursor (see _peek)."""
+        q = self.queue
+        if q.stopped or self.plan.hold <= 0 or not q.cursor:
+            return
+        if not (q.drained or self._behind_slow(now)):
+            return
+        stale = q.stale(now, self.plan.hold)
+        if stale:
+            self._releases.extend((t.num, a) for t, a in stale)
+            # given back for a run that idles; if none takes them, this run does once
+            # its slots free: it looks again before it ends
+            self._looked_once = False
+
+    def _behind_slow(self, now: float) -> bool:
+        """Whether a task of this run has run longer than the hold: claimed tasks that
+        waited that long wait behind a slow task, and may wait long yet."""
+        hold = self.plan.hold
+        return any(a.phase == "running" and now - a.started > hold for a in self.live.values())
+
+    def _peek(self, now: float) -> None:
+        """Claimed tasks waited past the hold, behind no slow task (a run short of CPU,
+        one of many on few cores), while the list, as this run last read the ledger, had
+        lines past the cursor: a peek (the ledger's last row, no lock, no news) says
+        whether it still has. While it has, every run can claim from it and none idles
+        for want of these tasks, so they stay: giving them back would only make other
+        runs look for them, claim them by name and read the list for their lines (a
+        third of all tasks, with 64 runs on two cores). Once it has not, runs idle, and
+        the tasks are given back. A peek every quarter of the hold at most."""
+        q = self.queue
+        hold = self.plan.hold
+        if hold <= 0 or not q.cursor or q.drained or q.stopped:
+            return
+        if self._looking or self._claiming or now < self._peek_at or not q.stale_due(now, hold):
+            return
+        self._looking = self._peeking = True
+        self._peek_at = now + hold / 4
+        self._out.append(Look(deep=False))
 
     def _look(self, now: float) -> None:
         if self._looking or not self._looking_now() or now < self.look_at:

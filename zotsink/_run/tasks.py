@@ -16,7 +16,7 @@ with ``#``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import NamedTuple
 
 from .._core.backoff import HEADER_SETTLE, tries
@@ -86,7 +86,12 @@ def task_lines(
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it starts no new one
     tasks: dict[int, str] = {}
-    for num, text in enumerate(lines, 1):
+    numbered: Iterable[tuple[int, str]] = enumerate(lines, 1)
+    if isinstance(only, (set, frozenset, dict)) and len(only) < len(lines):
+        # a look's few tasks of a long list: those lines only, not a test per line
+        numbered = ((n, lines[n - 1]) for n in sorted(only) if 0 < n <= len(lines))
+        only = None
+    for num, text in numbered:
         if only is not None and num not in only:
             continue
         if text.endswith("\r"):
