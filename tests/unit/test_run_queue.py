@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zotsink._run.queue import ASK_BEYOND, Candidate, TaskQueue
+from zotsink._run.queue import AHEAD_TASKS, ASK_BEYOND, Candidate, TaskQueue
 from zotsink._run.tasks import Task
 
 T = [Task(n, f"t{n}") for n in range(20)]
@@ -64,6 +64,18 @@ def test_a_rate_is_measured_over_a_commit_window_at_least() -> None:
     q.ran()
     q.next(), q.next()
     assert q.to_claim(2, 0.25, 0.001) == 2 + 4  # 2 in 0.25 s: 8 a second, 4 ahead
+
+
+def test_a_claim_takes_a_thousand_tasks_ahead_at_most() -> None:
+    # a run alone at first starts 40,000 quick tasks a second; once the other elements of
+    # its array have started it gets a sixty-fourth of that, and what it claimed on the
+    # first rate waits for the list's end to be given back
+    q = TaskQueue("pull")
+    q.claimed([(Task(n, f"t{n}"), 1) for n in range(1, 10_001)], [], 0.0, drained=False)
+    q.ran()
+    for _ in range(10_000):
+        q.next()
+    assert q.to_claim(64, 0.25, 0.25) == 64 + AHEAD_TASKS
 
 
 def test_tasks_of_a_second_or_more_are_not_claimed_ahead() -> None:

@@ -342,22 +342,34 @@ def released(out: list[Any]) -> list[Key]:
     return sorted(k for r_ in of(out, Rows) for k in r_.releases)
 
 
-def test_claims_held_too_long_behind_slow_tasks_are_given_back() -> None:
+def test_claims_held_too_long_are_given_back_once_the_list_has_no_more() -> None:
     r = Run(mode="pull", jobs=1)
     r.turn()
-    r.claimed((T[1], 1), (T[2], 1), (T[3], 1), drained=False)
+    r.claimed((T[1], 1), (T[2], 1), (T[3], 1), drained=True)
     r.started(1)
     out = r.turn(at=HOLD / 2)
     assert released(out) == []
-    out = r.turn(at=HOLD + 0.01)  # task 1 has run longer than the hold: 2 and 3 go
+    out = r.turn(at=HOLD + 0.01)  # behind task 1, with no line left for others: 2 and 3 go
     assert released(out) == [(2, 1), (3, 1)]
 
 
-def test_claims_held_too_long_behind_no_slow_task_stay_while_the_list_has_more() -> None:
+def test_a_slot_a_slow_task_just_left_starts_the_next_rather_than_give_it_back() -> None:
+    r = Run(mode="pull", jobs=1)
+    r.turn()
+    r.claimed((T[1], 1), (T[2], 1), (T[3], 1), drained=True)
+    r.started(1)
+    r.turn(at=HOLD - 0.01)
+    # task 1 ended as the hold passed (its slot free as the backend says): 2 starts in it,
+    # 3 is given back
+    out = r.turn(Exited((1, 1), 0, Usage()), Drained((1, 1), 0, ""), at=HOLD + 0.01, free=1)
+    assert of(out, Start) == [Start([(T[2], 1)])] and released(out) == [(3, 1)]
+
+
+def test_claims_held_too_long_stay_while_the_list_has_lines_past_the_cursor() -> None:
     # a run short of CPU (one of many on few cores) runs quick tasks slowly: the tasks it
-    # claimed wait past the hold behind no slow task. While the list has lines past the
-    # cursor every run claims from it and none idles for want of them: giving them back
-    # would only make others look for them and claim them by name. Once it has none, they go
+    # claimed wait past the hold. While the list has lines past the cursor every run
+    # claims from it and none idles for want of them: giving them back would only make
+    # others look for them and claim them by name. Once it has none, they go
     r = Run(mode="pull", jobs=1)
     r.turn()
     r.claimed((T[1], 1), (T[2], 1), (T[3], 1), drained=False)

@@ -35,7 +35,7 @@ from typing import Final, Literal, NamedTuple
 
 from .tasks import Task
 
-__all__ = ["AHEAD_MOST", "ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
+__all__ = ["AHEAD_MOST", "AHEAD_TASKS", "ASK_BEYOND", "Candidate", "Mode", "TaskQueue"]
 
 #: Tasks by name a claim is handed beyond those it may take: under the lock it drops those
 #: another run claimed since the look and gives the free ones back. Tasks given back by a
@@ -47,6 +47,11 @@ ASK_BEYOND: Final = 1024
 #: Seconds of this run's tasks a claim takes ahead at most (a commit window is up to 2 s
 #: for long tasks; half the hold: what waits a second behind a slow task is given back).
 AHEAD_MOST: Final = 0.5
+
+#: Tasks a claim takes ahead at most: a run that began before the others (an array's
+#: elements start over seconds) measures a rate it loses as they start, and what it
+#: claimed on it waits for the list's end to be given back.
+AHEAD_TASKS: Final = 1000
 
 #: Where a run's tasks come from: its chunk, the cursor over the whole list, the cursor
 #: over a list that grows.
@@ -157,6 +162,7 @@ class TaskQueue:
         # whole tasks that start within the horizon: a task of a second or more is never
         # claimed ahead (no claim is worth saving for it, and one claimed behind it waits)
         ahead = math.floor(rate * min(2 * window, AHEAD_MOST)) if self._ran else 0
+        ahead = min(ahead, AHEAD_TASKS)
         want = max(max(free, 0) + ahead - len(self._ready), 0)
         if self._cap is not None:
             want = min(want, max(self._cap - self._picked, 0))

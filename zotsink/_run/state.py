@@ -16,8 +16,8 @@ outlives a commit) -> ended (a command's exit and its pipes read; a call's retur
 waits in the group -> committed (its records in OUT: :class:`~zotsink._run.events.Commit`)
 -> its end row (:class:`~zotsink._run.events.Rows`, written with the next claim, or at once).
 A claimed task never started is given back (a ``release`` row): at a stop, a halt, the
-deadline, or when it waited longer than :data:`HOLD` behind slower tasks (behind none, a
-run short of CPU: once the list has no line past the cursor, see ``_peek``).
+deadline, or when it waited longer than :data:`HOLD` and the list has no line past the
+cursor (see ``_peek``).
 """
 
 from __future__ import annotations
@@ -727,13 +727,12 @@ class RunState:
 
     def _give_back_stale(self, now: float) -> None:
         """Claimed tasks that waited longer than the hold, and still cannot start (after
-        this turn's starts: a slot the slow task just left takes the next one, rather
-        than give it back and claim it again), are given back: behind a slow task at once,
-        behind no slow task only once the list has no line past the cursor (see _peek)."""
+        this turn's starts: a slot a slow task just left takes the next one, rather than
+        give it back and claim it again), are given back once the list has no line past
+        the cursor (see _peek): before, every run claims from the list and none idles for
+        want of them."""
         q = self.queue
-        if q.stopped or self.plan.hold <= 0 or not q.cursor:
-            return
-        if not (q.drained or self._behind_slow(now)):
+        if q.stopped or self.plan.hold <= 0 or not q.cursor or not q.drained:
             return
         stale = q.stale(now, self.plan.hold)
         if stale:
@@ -742,21 +741,17 @@ class RunState:
             # its slots free: it looks again before it ends
             self._looked_once = False
 
-    def _behind_slow(self, now: float) -> bool:
-        """Whether a task of this run has run longer than the hold: claimed tasks that
-        waited that long wait behind a slow task, and may wait long yet."""
-        hold = self.plan.hold
-        return any(a.phase == "running" and now - a.started > hold for a in self.live.values())
-
     def _peek(self, now: float) -> None:
-        """Claimed tasks waited past the hold, behind no slow task (a run short of CPU,
-        one of many on few cores), while the list, as this run last read the ledger, had
-        lines past the cursor: a peek (the ledger's last row, no lock, no news) says
+        """Claimed tasks waited past the hold (behind a slow task, or in a run short of
+        CPU, one of many on few cores) while the list, as this run last read the ledger,
+        had lines past the cursor: a peek (the ledger's last row, no lock, no news) says
         whether it still has. While it has, every run can claim from it and none idles
         for want of these tasks, so they stay: giving them back would only make other
         runs look for them, claim them by name and read the list for their lines (a
         third of all tasks, with 64 runs on two cores). Once it has not, runs idle, and
-        the tasks are given back. A peek every quarter of the hold at most."""
+        the tasks are given back. A peek every quarter of the hold at most. (A claim
+        ahead is half a second of tasks at most, and none of tasks of a second or more:
+        what waits behind a slow task is little.)"""
         q = self.queue
         hold = self.plan.hold
         if hold <= 0 or not q.cursor or q.drained or q.stopped:
