@@ -16,8 +16,7 @@ outlives a commit) -> ended (a command's exit and its pipes read; a call's retur
 waits in the group -> committed (its records in OUT: :class:`~zotsink._run.events.Commit`)
 -> its end row (:class:`~zotsink._run.events.Rows`, written with the next claim, or at once).
 A claimed task never started is given back (a ``release`` row): at a stop, a halt, the
-deadline, or when it waited longer than :data:`HOLD` and the list has no line past the
-cursor (see ``_peek``).
+deadline, or when it waited longer than :data:`HOLD` once no line is left past the cursor.
 """
 
 from __future__ import annotations
@@ -230,7 +229,14 @@ class RunState:
         self._commit(now)
         self._claim(now)
         self._start(now)
-        self._give_back_stale(now)
+        # after the starts (a slot a slow task just left takes the next one rather than
+        # give it back to claim it again): what waited too long (TaskQueue.lapsed)
+        stale = self.queue.lapsed(now, self.plan.hold) if self.plan.hold > 0 else []
+        if stale:
+            self._releases.extend((t.num, a) for t, a in stale)
+            # given back for a run that idles; if none takes them, this run does once
+            # its slots free: it looks again before it ends
+            self._looked_once = False
         self._tend_workers()
         # rows no claim carries are written now: a run waiting on others' tasks must see
         # their ends, as they must see this run's; a look after them sees them too (the
@@ -725,42 +731,15 @@ class RunState:
         # a pull run whose cursor is drained looks once for tasks to take over
         return q.cursor and not self._looked_once
 
-    def _give_back_stale(self, now: float) -> None:
-        """Claimed tasks that waited longer than the hold, and still cannot start (after
-        this turn's starts: a slot a slow task just left takes the next one, rather than
-        give it back and claim it again), are given back once the list has no line past
-        the cursor (see _peek): before, every run claims from the list and none idles for
-        want of them."""
-        q = self.queue
-        if q.stopped or self.plan.hold <= 0 or not q.cursor or not q.drained:
-            return
-        stale = q.stale(now, self.plan.hold)
-        if stale:
-            self._releases.extend((t.num, a) for t, a in stale)
-            # given back for a run that idles; if none takes them, this run does once
-            # its slots free: it looks again before it ends
-            self._looked_once = False
-
     def _peek(self, now: float) -> None:
-        """Claimed tasks waited past the hold (behind a slow task, or in a run short of
-        CPU, one of many on few cores) while the list, as this run last read the ledger,
-        had lines past the cursor: a peek (the ledger's last row, no lock, no news) says
-        whether it still has. While it has, every run can claim from it and none idles
-        for want of these tasks, so they stay: giving them back would only make other
-        runs look for them, claim them by name and read the list for their lines (a
-        third of all tasks, with 64 runs on two cores). Once it has not, runs idle, and
-        the tasks are given back. A peek every quarter of the hold at most. (A claim
-        ahead is half a second of tasks at most, and none of tasks of a second or more:
-        what waits behind a slow task is little.)"""
-        q = self.queue
+        """A peek (see TaskQueue.peek_due), one a quarter of the hold at most."""
         hold = self.plan.hold
-        if hold <= 0 or not q.cursor or q.drained or q.stopped:
+        if hold <= 0 or self._looking or self._claiming or now < self._peek_at:
             return
-        if self._looking or self._claiming or now < self._peek_at or not q.stale_due(now, hold):
-            return
-        self._looking = self._peeking = True
-        self._peek_at = now + hold / 4
-        self._out.append(Look(deep=False))
+        if self.queue.peek_due(now, hold):
+            self._looking = self._peeking = True
+            self._peek_at = now + hold / 4
+            self._out.append(Look(deep=False))
 
     def _look(self, now: float) -> None:
         if self._looking or not self._looking_now() or now < self.look_at:
