@@ -71,15 +71,16 @@ class Looker:
 
     def look(self, deep: bool, *, wait: float = 0.0) -> Looked:
         """What the ledger says now (``wait``: seconds the scheduler may take to answer in
-        all; by default none: its last answer, the question left out for the next look)."""
+        all; by default none: its last answer, the question left out for the next look);
+        not ``deep``: a :meth:`peek`."""
+        if not deep:
+            return self.peek()
         try:
             view = self.ledger.look()
         except ZotsinkError as e:  # the lock, or a stop while waiting for it
             return Looked(error=e)
         control = view.control
         grew = self.scope is None and self._grew(control.closed_lines if control.closed else None)
-        if not deep:
-            return Looked(closed=control.closed, stopped=self.ledger.stopped, grew=grew)
         upto = max(self.ledger.cursor.next, len(view.code))
         if self.scope is not None:
             nums = [n for n in self.scope if n not in self.ok and n not in self.given_up]

@@ -191,8 +191,6 @@ class Pool:
         if kind is Drain:
             return backend.drain(ins.key)
         if kind is Look:
-            if not ins.deep:
-                return [self.looker.peek()]
             return [self.looker.look(ins.deep, wait=SCHEDULER_WAIT if ins.ask else 0.0)]
         if kind is Spawn:
             return backend.spawn(ins.n)

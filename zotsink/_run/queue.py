@@ -18,12 +18,13 @@ Where its tasks come from:
   it is dropped (:meth:`verify`).
 
 How many to claim (:meth:`to_claim`): as many as can start now, and as many as will start
-before the commit after the next (half a second at most) at the rate tasks started since
-the last claim, measured over a commit window at least, but none ahead before a task ran
-at all (a command that cannot start claims no more than it
-fails). Claimed tasks not started wait in order (:meth:`next`); a stop claims nothing more
-and gives the claimed back (:meth:`release`); so does a claim held too long
-(:meth:`stale`): a run never sits on tasks another run could start.
+before the commit after the next (half a second and :data:`AHEAD_TASKS` at most) at the
+rate tasks started since the last claim, measured over a commit window at least, but none
+ahead before a task ran at all (a command that cannot start claims no more than it fails).
+Claimed tasks not started wait in order (:meth:`next`); a stop claims nothing more and
+gives the claimed back (:meth:`release`); so does a claim held too long once the list has
+no line past the cursor (:meth:`lapsed`, :meth:`peek_due`): a run never sits on tasks
+another run could start.
 """
 
 from __future__ import annotations
